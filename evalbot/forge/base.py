@@ -1,0 +1,87 @@
+"""The forge Protocol: everything the bot asks of a code host.
+
+Two adapters implement it: `evalbot.forge.local.LocalForge` (SQLite under .evalbot/, the embedded
+default) and `evalbot.forge.github.GitHubForge` (PyGithub). The decision core never imports either;
+it takes a `Forge`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+TIER_LABEL_PREFIXES = ("eval-dspark:", "eval:")
+NEEDS_REBASE_LABEL = "dspark-needs-rebase"
+SCORECARD_MARKER_PREFIX = "<!-- dspark-evalbot:scorecard"
+CHECK_NAME = "DSpark eval"
+
+
+@dataclass
+class PullInfo:
+    number: int
+    head_sha: str
+    head_ref: str
+    base_ref: str
+    base_sha: str = ""
+    title: str = ""
+    author: str = ""
+    author_association: str = "NONE"
+    draft: bool = False
+    state: str = "open"  # open | closed | merged
+    mergeable: bool | None = None
+    labels: list[str] = field(default_factory=list)
+
+
+@dataclass
+class MergeResult:
+    merged: bool
+    sha: str = ""
+    message: str = ""
+
+
+@runtime_checkable
+class Forge(Protocol):
+    """What the bot needs from a code host. All methods are idempotent where the name says so."""
+
+    def get_pull(self, number: int) -> PullInfo: ...
+
+    def list_open_pulls(self) -> list[PullInfo]: ...
+
+    def replace_labels(self, number: int, prefixes: tuple[str, ...], new_labels: list[str]) -> None:
+        """Remove every label starting with one of `prefixes`, then add `new_labels` (idempotent)."""
+        ...
+
+    def add_label(self, number: int, label: str) -> None: ...
+
+    def remove_label(self, number: int, label: str) -> None: ...
+
+    def upsert_sticky_comment(self, number: int, marker: str, body: str) -> str:
+        """Edit the one comment containing `marker` in place, or create it. Returns its id."""
+        ...
+
+    def comment(self, number: int, body: str) -> str: ...
+
+    def start_check(self, head_sha: str, name: str, summary: str) -> str:
+        """Create a check run in state queued/in_progress; returns its id."""
+        ...
+
+    def update_check(
+        self,
+        check_id: str,
+        *,
+        status: str,
+        title: str,
+        summary: str,
+        conclusion: str | None = None,
+        text: str | None = None,
+    ) -> None: ...
+
+    def store_receipt(self, number: int, head_sha: str, receipt_json: str) -> str:
+        """Keep the signed receipt where users can fetch it; returns a reference (path or URL)."""
+        ...
+
+    def merge(self, number: int, expected_head_sha: str, title: str, message: str) -> MergeResult:
+        """Squash-merge only if the head is still `expected_head_sha`."""
+        ...
+
+    def close(self, number: int) -> None: ...
