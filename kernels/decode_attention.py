@@ -1,0 +1,173 @@
+"""Split-K attention of a few query rows against the KV cache (flash-decoding), for decode and verify.
+
+Each query row r sees the keys [kv_start[r], kv_end[r]). AR decode is one row with kv_end = pos + 1;
+the DSpark verify step is up to 7 rows at consecutive positions (causal); the drafter's block rows all
+share one window (non-causal inside the block). One kernel serves all of them on purpose: a row's
+result depends only on its own query, its own window and the cache, never on how many rows share
+the launch (splits have fixed key boundaries, masked keys contribute exact zeros, the split
+reduction has a fixed length), so verify and decode agree bit for bit.
+
+Pass 1, grid (kv_heads, n_splits): each program takes split s = keys [s*split, (s+1)*split) for all
+rows and all query heads of one KV head, and writes a normalised partial output and its log-sum-exp.
+Pass 2, grid (rows, heads): combines the splits in a fixed order.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.common import UPCAST_DOT, mma
+
+LOG2E = 1.4426950408889634
+
+
+def attention_reference(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    kv_start: torch.Tensor,
+    kv_end: torch.Tensor,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """q [M, H, D]; caches [KVH, CAP, D]. Attention over the whole cache with a mask: every shape is
+    fixed by the capacity, so this too is batch-invariant (it is the CPU path). Returns [M, H*D]."""
+    m, h, d = q.shape
+    kvh, cap, _ = k_cache.shape
+    g = h // kvh
+    scale = scale if scale is not None else 1.0 / math.sqrt(d)
+    qf = q.float().reshape(m, kvh, g, d).permute(1, 0, 2, 3).reshape(kvh, m * g, d)
+    scores = torch.bmm(qf, k_cache.float().transpose(1, 2)) * scale  # [KVH, M*G, CAP]
+    pos = torch.arange(cap, device=q.device)
+    start = kv_start.repeat_interleave(g)
+    end = kv_end.repeat_interleave(g)
+    mask = (pos[None, :] >= start[:, None]) & (pos[None, :] < end[:, None])
+    scores = scores.masked_fill(~mask[None], float("-inf"))
+    p = torch.softmax(scores, dim=-1)
+    out = torch.bmm(p, v_cache.float())  # [KVH, M*G, D]
+    return out.reshape(kvh, m, g, d).permute(1, 0, 2, 3).reshape(m, h * d).to(q.dtype)
+
+
+@triton.jit(do_not_specialize=["M"])
+def _attn_split_kernel(
+    q_ptr, k_ptr, v_ptr, start_ptr, end_ptr, out_ptr, lse_ptr,
+    M, H, CAP, cache_head_stride, n_splits, scale_log2,
+    G: tl.constexpr, HD: tl.constexpr, SPLIT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_KV: tl.constexpr,
+    IEEE: tl.constexpr, UPCAST: tl.constexpr,
+):
+    kvh = tl.program_id(0)
+    split = tl.program_id(1)
+    r = tl.arange(0, BLOCK_R)
+    row = r // G
+    head = kvh * G + r % G
+    r_mask = row < M
+    d = tl.arange(0, HD)
+    kv_start = tl.load(start_ptr + row, mask=r_mask, other=0)
+    kv_end = tl.load(end_ptr + row, mask=r_mask, other=0)
+    lo = split * SPLIT
+    hi = tl.minimum(lo + SPLIT, tl.max(kv_end, axis=0))
+    q = tl.load(q_ptr + row[:, None] * (H * HD) + head[:, None] * HD + d[None, :], mask=r_mask[:, None], other=0.0)
+    m_i = tl.full([BLOCK_R], -1.0e30, dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_R], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_R, HD], dtype=tl.float32)
+    k_base = k_ptr + kvh * cache_head_stride
+    v_base = v_ptr + kvh * cache_head_stride
+    for kb in range(lo, hi, BLOCK_KV):
+        kpos = kb + tl.arange(0, BLOCK_KV)
+        in_cache = (kpos < CAP)[:, None]
+        k = tl.load(k_base + kpos[:, None] * HD + d[None, :], mask=in_cache, other=0.0)
+        s = mma(q, tl.trans(k), tl.zeros([BLOCK_R, BLOCK_KV], dtype=tl.float32), IEEE, UPCAST)
+        s = s * scale_log2
+        valid = (kpos[None, :] >= kv_start[:, None]) & (kpos[None, :] < kv_end[:, None])
+        s = tl.where(valid, s, -1.0e30)
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.where(valid, tl.exp2(s - m_new[:, None]), 0.0)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        v = tl.load(v_base + kpos[:, None] * HD + d[None, :], mask=in_cache, other=0.0)
+        acc = mma(p.to(v.dtype), v, acc * alpha[:, None], IEEE, UPCAST)
+        m_i = m_new
+    has = l_i > 0.0
+    lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
+    out = acc / tl.where(has, l_i, 1.0)[:, None]
+    idx = (row * H + head) * n_splits + split
+    tl.store(out_ptr + idx[:, None] * HD + d[None, :], out, mask=r_mask[:, None])
+    tl.store(lse_ptr + idx, lse, mask=r_mask)
+
+
+@triton.jit
+def _attn_combine_kernel(part_ptr, lse_ptr, out_ptr, H, n_splits, HD: tl.constexpr, BLOCK_S: tl.constexpr):
+    row = tl.program_id(0)
+    head = tl.program_id(1)
+    s = tl.arange(0, BLOCK_S)
+    d = tl.arange(0, HD)
+    base = (row * H + head) * n_splits
+    lse = tl.load(lse_ptr + base + s, mask=s < n_splits, other=float("-inf"))
+    mx = tl.max(lse, axis=0)
+    mx = tl.where(mx == float("-inf"), 0.0, mx)
+    w = tl.exp2(lse - mx)
+    part = tl.load(part_ptr + (base + s)[:, None] * HD + d[None, :], mask=(s < n_splits)[:, None], other=0.0)
+    num = tl.sum(part * w[:, None], axis=0)
+    den = tl.sum(w, axis=0)
+    out = num / tl.where(den > 0.0, den, 1.0)
+    tl.store(out_ptr + row * (H * HD) + head * HD + d, out.to(out_ptr.dtype.element_ty))
+
+
+def default_split(capacity: int, n_kv_heads: int, n_sms: int) -> int:
+    """Keys per split: about two programs per SM at full capacity, a power of two in [64, 1024]."""
+    target = capacity * n_kv_heads / max(2 * n_sms, 1)
+    split = 64
+    while split < target and split < 1024:
+        split *= 2
+    return split
+
+
+class AttentionWorkspace:
+    """Scratch buffers of the split pass, sized once so a CUDA graph can capture them."""
+
+    def __init__(self, max_rows: int, n_heads: int, head_dim: int, capacity: int, split: int, device, dtype=torch.float32):
+        self.split = split
+        self.max_rows = max_rows
+        self.n_splits = triton.cdiv(capacity, split)
+        self.part = torch.empty((max_rows, n_heads, self.n_splits, head_dim), dtype=dtype, device=device)
+        self.lse = torch.empty((max_rows, n_heads, self.n_splits), dtype=torch.float32, device=device)
+
+
+def attention_triton(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    kv_start: torch.Tensor,
+    kv_end: torch.Tensor,
+    workspace: AttentionWorkspace,
+    out: torch.Tensor | None = None,
+    scale: float | None = None,
+    block_kv: int = 64,
+) -> torch.Tensor:
+    m, h, d = q.shape
+    kvh, cap, _ = k_cache.shape
+    g = h // kvh
+    scale = scale if scale is not None else 1.0 / math.sqrt(d)
+    if workspace.n_splits * workspace.split < cap:
+        raise ValueError("attention workspace is smaller than the cache")
+    split = workspace.split
+    if split % block_kv:
+        raise ValueError(f"split {split} must be a multiple of {block_kv}")
+    if out is None:
+        out = torch.empty((m, h * d), dtype=q.dtype, device=q.device)
+    if m > workspace.max_rows:
+        raise ValueError(f"attention workspace holds {workspace.max_rows} rows, got {m}")
+    # The row tile is fixed by the workspace, never by m: part of what keeps rows batch-invariant.
+    block_r = max(16, triton.next_power_of_2(workspace.max_rows * g))
+    ns = workspace.n_splits
+    _attn_split_kernel[(kvh, ns)](
+        q, k_cache, v_cache, kv_start, kv_end, workspace.part, workspace.lse,
+        m, h, cap, k_cache.stride(0), ns, scale * LOG2E,
+        G=g, HD=d, SPLIT=split, BLOCK_R=block_r, BLOCK_KV=block_kv, UPCAST=UPCAST_DOT, IEEE=q.dtype == torch.float32,
+        num_warps=4, num_stages=2,
+    )
+    _attn_combine_kernel[(m, h)](workspace.part, workspace.lse, out, h, ns, HD=d, BLOCK_S=triton.next_power_of_2(ns), num_warps=4)
+    return out

@@ -1,0 +1,133 @@
+"""Small-M linear layers for the decode/verify step, with the neighbours fused in.
+
+    out = [residual +] act( norm?(x) @ W^T )        act: identity, or SwiGLU silu(x@Wg^T) * (x@Wu^T)
+
+One program owns BLOCK_N output columns for *all* rows (M <= BLOCK_M), walking K in a fixed order.
+Because the tile shape and the K order never depend on M, a row's result is bit-identical whether
+it is decoded alone (AR) or verified beside six draft rows (DSpark): the kernels are batch-invariant,
+which is what makes speculative greedy decoding lossless token for token.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.common import UPCAST_DOT, mma
+
+from kernels.rmsnorm import rmsnorm_reference
+
+BLOCK_M = 16  # rows per launch; the step never has more than 8
+
+
+def fused_linear_reference(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    *,
+    norm_weight: torch.Tensor | None = None,
+    eps: float = 1e-5,
+    up_weight: torch.Tensor | None = None,
+    residual: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    out_dtype: torch.dtype | None = None,
+) -> torch.Tensor:
+    """Plain-torch definition of the fused op (also the CPU path)."""
+    cdt = weight.dtype
+    a = rmsnorm_reference(x, norm_weight, eps, out_dtype=cdt) if norm_weight is not None else x.to(cdt)
+    y = a.float() @ weight.float().t()
+    if bias is not None:
+        y = y + bias.float()
+    if up_weight is not None:
+        y = torch.nn.functional.silu(y) * (a.float() @ up_weight.float().t())
+    if residual is not None:
+        y = y + residual.float()
+    return y.to(out_dtype or (residual.dtype if residual is not None else x.dtype))
+
+
+@triton.jit(do_not_specialize=["M"])
+def _fused_linear_kernel(
+    x_ptr, x_stride, norm_ptr, w_ptr, up_ptr, bias_ptr, res_ptr, res_stride, out_ptr, out_stride,
+    M, N, K, eps,
+    HAS_NORM: tl.constexpr, SWIGLU: tl.constexpr, HAS_RES: tl.constexpr, HAS_BIAS: tl.constexpr,
+    IEEE: tl.constexpr, UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    rm = tl.arange(0, BLOCK_M)
+    rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    m_mask = rm < M
+    n_mask = rn < N
+    if HAS_NORM:
+        ss = tl.zeros([BLOCK_M], dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            kk = k0 + rk
+            xv = tl.load(x_ptr + rm[:, None] * x_stride + kk[None, :], mask=m_mask[:, None] & (kk[None, :] < K), other=0.0).to(tl.float32)
+            ss += tl.sum(xv * xv, axis=1)
+        rstd = 1.0 / tl.sqrt(ss / K + eps)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    if SWIGLU:
+        acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        kk = k0 + rk
+        k_mask = kk < K
+        xv = tl.load(x_ptr + rm[:, None] * x_stride + kk[None, :], mask=m_mask[:, None] & k_mask[None, :], other=0.0)
+        if HAS_NORM:
+            nw = tl.load(norm_ptr + kk, mask=k_mask, other=0.0).to(tl.float32)
+            xv = xv.to(tl.float32) * rstd[:, None] * nw[None, :]
+        a = xv.to(w_ptr.dtype.element_ty)
+        w = tl.load(w_ptr + rn[:, None] * K + kk[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0)
+        acc = mma(a, tl.trans(w), acc, IEEE, UPCAST)
+        if SWIGLU:
+            u = tl.load(up_ptr + rn[:, None] * K + kk[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0)
+            acc_up = mma(a, tl.trans(u), acc_up, IEEE, UPCAST)
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + rn, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+    if SWIGLU:
+        acc = acc / (1.0 + tl.exp(-acc)) * acc_up
+    if HAS_RES:
+        acc += tl.load(res_ptr + rm[:, None] * res_stride + rn[None, :], mask=m_mask[:, None] & n_mask[None, :], other=0.0).to(tl.float32)
+    tl.store(out_ptr + rm[:, None] * out_stride + rn[None, :], acc.to(out_ptr.dtype.element_ty), mask=m_mask[:, None] & n_mask[None, :])
+
+
+def default_block_n(n: int) -> int:
+    # Enough programs to spread the weight read over the SMs, few enough to keep each one busy.
+    if n >= 16384:
+        return 128
+    return 32
+
+
+def fused_linear_triton(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    *,
+    norm_weight: torch.Tensor | None = None,
+    eps: float = 1e-5,
+    up_weight: torch.Tensor | None = None,
+    residual: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
+    out_dtype: torch.dtype | None = None,
+    block_n: int | None = None,
+    block_k: int = 64,
+) -> torch.Tensor:
+    m, k = x.shape
+    n = weight.shape[0]
+    if m > BLOCK_M:
+        raise ValueError(f"fused_linear handles at most {BLOCK_M} rows, got {m}")
+    assert weight.is_contiguous() and x.stride(-1) == 1
+    if out is None:
+        dt = out_dtype or (residual.dtype if residual is not None else x.dtype)
+        out = torch.empty((m, n), dtype=dt, device=x.device)
+    bn = block_n or default_block_n(n)
+    dummy = weight
+    _fused_linear_kernel[(triton.cdiv(n, bn),)](
+        x, x.stride(0), norm_weight if norm_weight is not None else dummy, weight,
+        up_weight if up_weight is not None else dummy, bias if bias is not None else dummy,
+        residual if residual is not None else out, residual.stride(0) if residual is not None else 0,
+        out, out.stride(0), m, n, k, eps,
+        HAS_NORM=norm_weight is not None, SWIGLU=up_weight is not None, HAS_RES=residual is not None,
+        HAS_BIAS=bias is not None, UPCAST=UPCAST_DOT, IEEE=weight.dtype == torch.float32,
+        BLOCK_M=BLOCK_M, BLOCK_N=bn, BLOCK_K=block_k, num_warps=4, num_stages=3,
+    )
+    return out

@@ -1,0 +1,94 @@
+"""Greedy accept-and-commit on the device, so the decode loop needs no host round trip per token.
+
+Rows 0..M-1 of `logits` come from one step whose input tokens were [last, d_1, .., d_{M-1}]
+(M = 1 is plain AR decode). t_i = argmax(logits_i). The longest prefix with d_{i+1} == t_i is
+accepted (j drafts), and t_0..t_j are committed: the j accepted drafts plus the bonus token t_j.
+The kernel appends them to `out_tokens`, and rewrites the step's own inputs for the next step:
+tokens[0] = t_j, positions[i] = base + i, kv_end[i] = base + i + 1 where base = old base + j + 1.
+
+state (int64[4]): [n_committed, base_position, last_accepted_j, steps].
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+STATE_COMMITTED, STATE_BASE, STATE_ACCEPTED, STATE_STEPS = 0, 1, 2, 3
+
+
+def greedy_commit_reference(
+    logits: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, kv_end: torch.Tensor,
+    out_tokens: torch.Tensor, state: torch.Tensor, m: int,
+) -> None:
+    t = torch.argmax(logits[:m].float(), dim=-1)
+    j = 0
+    while j < m - 1 and int(tokens[j + 1]) == int(t[j]):
+        j += 1
+    n = int(state[STATE_COMMITTED])
+    out_tokens[n : n + j + 1] = t[: j + 1].to(out_tokens.dtype)
+    base = int(state[STATE_BASE]) + j + 1
+    tokens[0] = t[j]
+    rows = positions.shape[0]
+    positions.copy_(torch.arange(base, base + rows, dtype=positions.dtype))
+    kv_end.copy_(positions + 1)
+    state[STATE_COMMITTED] = n + j + 1
+    state[STATE_BASE] = base
+    state[STATE_ACCEPTED] = j
+    state[STATE_STEPS] += 1
+
+
+@triton.jit
+def _row_argmax(logits_ptr, row, V, BLOCK_V: tl.constexpr):
+    offs = tl.arange(0, BLOCK_V)
+    best = tl.max(tl.full([BLOCK_V], float("-inf"), tl.float32), axis=0)
+    best_idx = tl.min(tl.zeros([BLOCK_V], tl.int64), axis=0)
+    for v0 in range(0, V, BLOCK_V):
+        vals = tl.load(logits_ptr + row * V + v0 + offs, mask=v0 + offs < V, other=float("-inf")).to(tl.float32)
+        cmax = tl.max(vals, axis=0)
+        cidx = tl.argmax(vals, axis=0).to(tl.int64) + v0
+        better = cmax > best
+        best_idx = tl.where(better, cidx, best_idx)
+        best = tl.where(better, cmax, best)
+    return best_idx
+
+
+@triton.jit
+def _greedy_commit_kernel(
+    logits_ptr, tokens_ptr, positions_ptr, kv_end_ptr, out_ptr, state_ptr,
+    M, V, ROWS, BLOCK_V: tl.constexpr, BLOCK_ROWS: tl.constexpr,
+):
+    accepted = tl.min(tl.zeros([BLOCK_ROWS], tl.int64), axis=0)
+    still = accepted == 0
+    n = tl.load(state_ptr + 0)
+    last = tl.load(tokens_ptr + 0).to(tl.int64)
+    for i in range(0, M):
+        t = _row_argmax(logits_ptr, i, V, BLOCK_V)
+        keep = i <= accepted
+        tl.store(out_ptr + n + i, t.to(out_ptr.dtype.element_ty), mask=keep)
+        last = tl.where(keep, t, last)
+        nxt = tl.load(tokens_ptr + i + 1, mask=i + 1 < M, other=-1).to(tl.int64)
+        still = still & (i + 1 < M) & (nxt == t)
+        accepted = tl.where(still, accepted + 1, accepted)
+    base = tl.load(state_ptr + 1) + accepted + 1
+    tl.store(tokens_ptr + 0, last.to(tokens_ptr.dtype.element_ty))
+    r = tl.arange(0, BLOCK_ROWS)
+    tl.store(positions_ptr + r, (base + r).to(positions_ptr.dtype.element_ty), mask=r < ROWS)
+    tl.store(kv_end_ptr + r, (base + r + 1).to(kv_end_ptr.dtype.element_ty), mask=r < ROWS)
+    tl.store(state_ptr + 0, n + accepted + 1)
+    tl.store(state_ptr + 1, base)
+    tl.store(state_ptr + 2, accepted)
+    tl.store(state_ptr + 3, tl.load(state_ptr + 3) + 1)
+
+
+def greedy_commit_triton(
+    logits: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, kv_end: torch.Tensor,
+    out_tokens: torch.Tensor, state: torch.Tensor, m: int,
+) -> None:
+    v = logits.shape[-1]
+    rows = positions.shape[0]
+    _greedy_commit_kernel[(1,)](
+        logits, tokens, positions, kv_end, out_tokens, state, m, v, rows,
+        BLOCK_V=4096, BLOCK_ROWS=triton.next_power_of_2(max(rows, 2)), num_warps=8,
+    )

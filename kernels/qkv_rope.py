@@ -1,0 +1,171 @@
+"""Attention input for the decode/verify step, one launch per layer:
+
+    q, k, v = norm(x) @ Wqkv^T (+ bias);  per-head RMSNorm of q, k (Qwen3);  RoPE on q, k;
+    k, v written into the KV cache at each row's position;  q returned.
+
+One program owns one head (q heads, then k heads, then v heads) and computes its two rotate-half
+halves as two accumulators, so RoPE happens in registers. Fixed tiles, fixed K order: batch-invariant
+like every step kernel (see fused_linear.py).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.common import UPCAST_DOT, mma
+
+from kernels.fused_linear import BLOCK_M
+from kernels.rmsnorm import rmsnorm_reference
+
+
+def qkv_rope_reference(
+    x: torch.Tensor,
+    norm_weight: torch.Tensor,
+    wqkv: torch.Tensor,
+    bqkv: torch.Tensor | None,
+    q_norm: torch.Tensor | None,
+    k_norm: torch.Tensor | None,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    positions: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    n_heads: int,
+    n_kv_heads: int,
+    eps: float,
+) -> torch.Tensor:
+    """Returns q [M, n_heads, head_dim] (float32 math, cast to the cache dtype); writes k/v rows."""
+    m = x.shape[0]
+    hd = k_cache.shape[-1]
+    half = hd // 2
+    cdt = wqkv.dtype
+    a = rmsnorm_reference(x, norm_weight, eps, out_dtype=cdt)
+    y = a.float() @ wqkv.float().t()
+    if bqkv is not None:
+        y = y + bqkv.float()
+    q = y[:, : n_heads * hd].reshape(m, n_heads, hd)
+    k = y[:, n_heads * hd : (n_heads + n_kv_heads) * hd].reshape(m, n_kv_heads, hd)
+    v = y[:, (n_heads + n_kv_heads) * hd :].reshape(m, n_kv_heads, hd)
+    if q_norm is not None:
+        q = rmsnorm_reference(q, q_norm, eps, out_dtype=torch.float32)
+        k = rmsnorm_reference(k, k_norm, eps, out_dtype=torch.float32)
+    c = cos[positions][:, None, :]
+    s = sin[positions][:, None, :]
+
+    def rope(t: torch.Tensor) -> torch.Tensor:
+        t1, t2 = t[..., :half], t[..., half:]
+        return torch.cat((t1 * c - t2 * s, t2 * c + t1 * s), dim=-1)
+
+    q = rope(q)
+    k = rope(k)
+    k_cache[:, positions] = k.transpose(0, 1).to(k_cache.dtype)
+    v_cache[:, positions] = v.transpose(0, 1).to(v_cache.dtype)
+    return q.to(k_cache.dtype)
+
+
+@triton.jit(do_not_specialize=["M"])
+def _qkv_rope_kernel(
+    x_ptr, x_stride, norm_ptr, w_ptr, b_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr,
+    q_ptr, k_cache_ptr, v_cache_ptr, cache_head_stride,
+    M, K, eps, H, KVH,
+    HD: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_QKNORM: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    head = tl.program_id(0)
+    HALF: tl.constexpr = HD // 2
+    rm = tl.arange(0, BLOCK_M)
+    rh = tl.arange(0, HALF)
+    rk = tl.arange(0, BLOCK_K)
+    m_mask = rm < M
+    ss = tl.zeros([BLOCK_M], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        kk = k0 + rk
+        xv = tl.load(x_ptr + rm[:, None] * x_stride + kk[None, :], mask=m_mask[:, None] & (kk[None, :] < K), other=0.0).to(tl.float32)
+        ss += tl.sum(xv * xv, axis=1)
+    rstd = 1.0 / tl.sqrt(ss / K + eps)
+    row0 = head * HD
+    acc1 = tl.zeros([BLOCK_M, HALF], dtype=tl.float32)
+    acc2 = tl.zeros([BLOCK_M, HALF], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        kk = k0 + rk
+        k_mask = kk < K
+        xv = tl.load(x_ptr + rm[:, None] * x_stride + kk[None, :], mask=m_mask[:, None] & k_mask[None, :], other=0.0).to(tl.float32)
+        nw = tl.load(norm_ptr + kk, mask=k_mask, other=0.0).to(tl.float32)
+        a = (xv * rstd[:, None] * nw[None, :]).to(w_ptr.dtype.element_ty)
+        w1 = tl.load(w_ptr + (row0 + rh)[:, None] * K + kk[None, :], mask=k_mask[None, :], other=0.0)
+        w2 = tl.load(w_ptr + (row0 + HALF + rh)[:, None] * K + kk[None, :], mask=k_mask[None, :], other=0.0)
+        acc1 = mma(a, tl.trans(w1), acc1, IEEE, UPCAST)
+        acc2 = mma(a, tl.trans(w2), acc2, IEEE, UPCAST)
+    if HAS_BIAS:
+        acc1 += tl.load(b_ptr + row0 + rh).to(tl.float32)[None, :]
+        acc2 += tl.load(b_ptr + row0 + HALF + rh).to(tl.float32)[None, :]
+    pos = tl.load(pos_ptr + rm, mask=m_mask, other=0)
+    if head < H + KVH:
+        if HAS_QKNORM:
+            hss = tl.sum(acc1 * acc1, axis=1) + tl.sum(acc2 * acc2, axis=1)
+            hr = 1.0 / tl.sqrt(hss / HD + eps)
+            if head < H:
+                n1 = tl.load(qn_ptr + rh).to(tl.float32)
+                n2 = tl.load(qn_ptr + HALF + rh).to(tl.float32)
+            else:
+                n1 = tl.load(kn_ptr + rh).to(tl.float32)
+                n2 = tl.load(kn_ptr + HALF + rh).to(tl.float32)
+            acc1 = acc1 * hr[:, None] * n1[None, :]
+            acc2 = acc2 * hr[:, None] * n2[None, :]
+        c = tl.load(cos_ptr + pos[:, None] * HALF + rh[None, :], mask=m_mask[:, None], other=0.0)
+        s = tl.load(sin_ptr + pos[:, None] * HALF + rh[None, :], mask=m_mask[:, None], other=0.0)
+        o1 = acc1 * c - acc2 * s
+        o2 = acc2 * c + acc1 * s
+    else:
+        o1 = acc1
+        o2 = acc2
+    mask2 = m_mask[:, None]
+    if head < H:
+        base = q_ptr + rm[:, None] * (H * HD) + head * HD + rh[None, :]
+        tl.store(base, o1.to(q_ptr.dtype.element_ty), mask=mask2)
+        tl.store(base + HALF, o2.to(q_ptr.dtype.element_ty), mask=mask2)
+    else:
+        if head < H + KVH:
+            base = k_cache_ptr + (head - H) * cache_head_stride + pos[:, None] * HD + rh[None, :]
+        else:
+            base = v_cache_ptr + (head - H - KVH) * cache_head_stride + pos[:, None] * HD + rh[None, :]
+        tl.store(base, o1.to(k_cache_ptr.dtype.element_ty), mask=mask2)
+        tl.store(base + HALF, o2.to(k_cache_ptr.dtype.element_ty), mask=mask2)
+
+
+def qkv_rope_triton(
+    x: torch.Tensor,
+    norm_weight: torch.Tensor,
+    wqkv: torch.Tensor,
+    bqkv: torch.Tensor | None,
+    q_norm: torch.Tensor | None,
+    k_norm: torch.Tensor | None,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    positions: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    n_heads: int,
+    n_kv_heads: int,
+    eps: float,
+    q_out: torch.Tensor | None = None,
+    block_k: int = 64,
+) -> torch.Tensor:
+    m, k = x.shape
+    hd = k_cache.shape[-1]
+    if m > BLOCK_M:
+        raise ValueError(f"qkv_rope handles at most {BLOCK_M} rows, got {m}")
+    assert k_cache.is_contiguous() and v_cache.is_contiguous() and wqkv.is_contiguous()
+    if q_out is None:
+        q_out = torch.empty((m, n_heads, hd), dtype=k_cache.dtype, device=x.device)
+    _qkv_rope_kernel[(n_heads + 2 * n_kv_heads,)](
+        x, x.stride(0), norm_weight, wqkv, bqkv if bqkv is not None else wqkv,
+        q_norm if q_norm is not None else norm_weight, k_norm if k_norm is not None else norm_weight,
+        cos, sin, positions, q_out, k_cache, v_cache, k_cache.stride(0),
+        m, k, eps, n_heads, n_kv_heads,
+        HD=hd, HAS_BIAS=bqkv is not None, HAS_QKNORM=q_norm is not None, UPCAST=UPCAST_DOT, IEEE=wqkv.dtype == torch.float32,
+        BLOCK_M=BLOCK_M, BLOCK_K=block_k, num_warps=4, num_stages=3,
+    )
+    return q_out
