@@ -1,0 +1,245 @@
+"""The engine: load once, prefill, and decode (AR here; DSpark in engine/dspark/speculate.py).
+
+On CUDA the greedy AR step (forward + device-side commit) is one captured graph, replayed with no
+host round trip; the host looks at the output only every CHECK_EVERY tokens (for EOS).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from engine.errors import ContextOverflowError, EngineError
+from engine.graphs import Replayable
+from engine.loader import LoadedModel, load_model
+from engine.model import STEP_ROWS, KVCache, StepIO, Transformer
+from engine.sampling import SamplingParams, sample
+from kernels.greedy_commit import STATE_BASE, STATE_COMMITTED
+
+CHECK_EVERY = 16
+CAPACITY_MARGIN = 16  # the padded / draft rows may write up to 15 positions past the last token
+
+
+@dataclass
+class GenerationResult:
+    tokens: list[int]
+    prompt_tokens: int
+    prefill_s: float
+    decode_s: float
+    stop_reason: str  # "eos" | "length"
+    mode: str = "ar"
+    stats: dict = field(default_factory=dict)
+
+    @property
+    def decode_tps(self) -> float:
+        # The first token comes out of the prefill; decode produced the rest.
+        n = len(self.tokens) - 1
+        return n / self.decode_s if self.decode_s > 0 and n > 0 else 0.0
+
+    @property
+    def prefill_tps(self) -> float:
+        return self.prompt_tokens / self.prefill_s if self.prefill_s > 0 else 0.0
+
+
+def pick_device(requested: str | None = None) -> torch.device:
+    name = requested or os.environ.get("DSPARK_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise EngineError("CUDA was requested but no CUDA device is available")
+    return torch.device(name)
+
+
+class Session:
+    """Everything sized by one capacity: the KV cache, the step's static inputs and its graphs."""
+
+    def __init__(self, model: Transformer, capacity: int, capture_layers: tuple[int, ...], use_graphs: bool, split: int | None):
+        self.model = model
+        self.capacity = capacity
+        self.capture_layers = capture_layers
+        self.use_graphs = use_graphs
+        self.cache: KVCache = model.new_cache(capacity)
+        self.io = StepIO(model, capacity, capture_layers, split)
+        self.out_tokens = torch.zeros(capacity + STEP_ROWS, dtype=torch.int64, device=model.device)
+        self.state = torch.zeros(4, dtype=torch.int64, device=model.device)
+        self._steps: dict[tuple[int, bool], Replayable] = {}
+        self.extras: dict[str, object] = {}  # e.g. the DSpark drafter's own session
+
+    def step(self, m: int, commit: bool) -> Replayable:
+        """The step over m rows, optionally followed by the greedy commit; captured on first use."""
+        key = (m, commit)
+        if key not in self._steps:
+            model, io, cache = self.model, self.io, self.cache
+
+            def run() -> None:
+                model.step(io, m, cache)
+                if commit:
+                    model.ops.greedy_commit(io.logits, io.tokens, io.positions, io.kv_end, self.out_tokens, self.state, m)
+
+            with self.preserved():
+                self._steps[key] = Replayable(run, model.device, self.use_graphs)
+        return self._steps[key]
+
+    def preserved(self):
+        """Capturing runs the work once for real: keep the step's inputs and outputs as they were."""
+        return _Preserve([self.io.tokens, self.io.positions, self.io.kv_start, self.io.kv_end, self.out_tokens, self.state])
+
+
+class _Preserve:
+    def __init__(self, tensors: list[torch.Tensor]):
+        self.tensors = tensors
+
+    def __enter__(self):
+        self.saved = [t.clone() for t in self.tensors]
+
+    def __exit__(self, *exc):
+        for t, s in zip(self.tensors, self.saved):
+            t.copy_(s)
+        return False
+
+
+class Engine:
+    def __init__(
+        self,
+        model_path: str | Path | None = None,
+        *,
+        loaded: LoadedModel | None = None,
+        device: str | None = None,
+        dtype: torch.dtype | None = None,
+        backend: str | None = None,
+        cuda_graphs: bool = True,
+        attn_split: int | None = None,
+    ):
+        self.device = pick_device(device)
+        self.loaded = loaded or load_model(model_path)
+        self.config = self.loaded.config
+        self.tokenizer = self.loaded.tokenizer
+        self.model = Transformer(self.config, self.loaded.weights, self.device, dtype, backend)
+        self.model.ensure_rope(self.config.max_seq_len + 64)
+        self.use_graphs = cuda_graphs and self.device.type == "cuda"
+        env_split = os.environ.get("DSPARK_ATTN_SPLIT")
+        self.attn_split = attn_split or (int(env_split) if env_split else None)
+        self._session: Session | None = None
+        self.drafter = None  # set by engine.dspark when speculative decoding is enabled
+
+    # -- sessions ----------------------------------------------------------------------------
+    def capacity_for(self, prompt_len: int, max_new: int) -> int:
+        need = prompt_len + max_new + CAPACITY_MARGIN
+        step = 1024 if self.device.type == "cuda" else 64
+        return -(-need // step) * step
+
+    def session(self, prompt_len: int, max_new: int, capture_layers: tuple[int, ...] = ()) -> Session:
+        cap = self.capacity_for(prompt_len, max_new)
+        s = self._session
+        if s is None or s.capacity != cap or s.capture_layers != capture_layers:
+            self._session = None  # free the old cache first
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+            s = self._session = Session(self.model, cap, capture_layers, self.use_graphs, self.attn_split)
+        return s
+
+    def check_request(self, prompt_ids: list[int], max_new_tokens: int) -> None:
+        if not prompt_ids:
+            raise EngineError("empty prompt: give at least one token of text")
+        if max_new_tokens < 1:
+            raise EngineError("max_new_tokens must be at least 1")
+        bad = [t for t in prompt_ids if not 0 <= t < self.config.vocab_size]
+        if bad:
+            raise EngineError(f"token id {bad[0]} is outside the vocabulary (size {self.config.vocab_size})")
+        limit = self.config.max_seq_len
+        if len(prompt_ids) + max_new_tokens > limit:
+            raise ContextOverflowError(
+                f"prompt of {len(prompt_ids)} tokens + {max_new_tokens} new tokens exceeds the model's "
+                f"context limit of {limit} tokens"
+            )
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    # -- generation ----------------------------------------------------------------------------
+    def generate(
+        self,
+        prompt_ids: list[int],
+        max_new_tokens: int = 128,
+        sampling: SamplingParams | None = None,
+        dspark: bool = False,
+        stop_at_eos: bool = True,
+    ) -> GenerationResult:
+        sampling = sampling or SamplingParams()
+        self.check_request(prompt_ids, max_new_tokens)
+        if dspark:
+            if self.drafter is None:
+                raise EngineError("DSpark needs a drafter: load one with engine.dspark.attach_drafter()")
+            from engine.dspark.speculate import generate_dspark
+
+            return generate_dspark(self, prompt_ids, max_new_tokens, sampling, stop_at_eos)
+        return self._generate_ar(prompt_ids, max_new_tokens, sampling, stop_at_eos)
+
+    def prefill(self, session: Session, prompt_ids: list[int]) -> tuple[torch.Tensor, list[torch.Tensor], float]:
+        """Fills the cache with the prompt. Returns (last-position logits [V], captured residuals, seconds)."""
+        self.sync()
+        t0 = time.perf_counter()
+        tokens = torch.tensor([prompt_ids], dtype=torch.int64, device=self.device)
+        with torch.inference_mode():
+            logits, captured = self.model.forward_full(tokens, session.cache, 0, session.capture_layers, logits="last")
+        self.sync()
+        return logits[0, -1], captured, time.perf_counter() - t0
+
+    def _eos(self) -> set[int]:
+        return set(self.config.eos_ids)
+
+    def _generate_ar(self, prompt_ids: list[int], max_new: int, sampling: SamplingParams, stop_at_eos: bool) -> GenerationResult:
+        s = self.session(len(prompt_ids), max_new)
+        greedy = sampling.greedy
+        run = s.step(1, commit=greedy)  # captured before any real state is in place
+        gen = _generator(sampling, self.device)
+        with torch.inference_mode():
+            last_logits, _, prefill_s = self.prefill(s, prompt_ids)
+            t0 = time.perf_counter()
+            first = sample(last_logits, sampling, gen)
+            base = len(prompt_ids)
+            s.io.set_rows(first.reshape(1), base)
+            s.out_tokens[0] = first
+            s.state.copy_(torch.tensor([1, base, 0, 0]))
+            committed, eos_at = 1, None
+            eos = self._eos() if stop_at_eos else set()
+            while committed < max_new and eos_at is None:
+                chunk = min(CHECK_EVERY, max_new - committed)
+                for _ in range(chunk):
+                    run()
+                    if not greedy:
+                        tok = sample(s.io.logits[0], sampling, gen)
+                        s.out_tokens[committed] = tok
+                        s.io.tokens[0] = tok
+                        s.io.positions.add_(1)
+                        s.io.kv_end.add_(1)
+                    committed += 1
+                if eos:
+                    eos_at = _first_eos(s.out_tokens[:committed].tolist(), eos)
+            self.sync()
+            decode_s = time.perf_counter() - t0
+            tokens = s.out_tokens[:committed].tolist()
+        if greedy:
+            assert int(s.state[STATE_COMMITTED]) == committed and int(s.state[STATE_BASE]) == base + committed - 1
+        eos_at = _first_eos(tokens, self._eos()) if stop_at_eos else None
+        if eos_at is not None:
+            tokens = tokens[: eos_at + 1]
+        return GenerationResult(tokens, len(prompt_ids), prefill_s, decode_s, "eos" if eos_at is not None else "length")
+
+
+def _first_eos(tokens: list[int], eos: set[int]) -> int | None:
+    for i, t in enumerate(tokens):
+        if t in eos:
+            return i
+    return None
+
+
+def _generator(sampling: SamplingParams, device: torch.device) -> torch.Generator | None:
+    if sampling.greedy:
+        return None
+    g = torch.Generator(device=device)
+    g.manual_seed(sampling.seed)
+    return g

@@ -1,0 +1,254 @@
+"""The transformer: packed weights, a static KV cache, and two forwards.
+
+- `forward_full`: many tokens at once with plain torch ops (cuBLAS / SDPA on GPU): prefill, scoring,
+  training features. Any batch size.
+- `step`: the decode/verify step for at most STEP_ROWS rows of one sequence at given positions,
+  through the kernels in `kernels/` (Triton on CUDA, their torch references on CPU). AR decode is a
+  step with one row; DSpark verify is a step with 1 + d rows. Both run the same computation, and every
+  step kernel is batch-invariant, so a row's logits do not depend on how many rows share the step.
+
+Both return, on request, the residual stream after chosen layers (the DSpark drafter's context).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from engine.config import ModelConfig
+from engine.rope import rope_tables
+from kernels.decode_attention import AttentionWorkspace, attention_reference, attention_triton, default_split
+from kernels.embedding import embedding_reference, embedding_triton
+from kernels.fused_linear import fused_linear_reference, fused_linear_triton
+from kernels.greedy_commit import greedy_commit_reference, greedy_commit_triton
+from kernels.qkv_rope import qkv_rope_reference, qkv_rope_triton
+from kernels.rmsnorm import rmsnorm_reference, rmsnorm_triton
+
+STEP_ROWS = 8  # 1 committed token + up to 6 drafts, padded to 8 on the CPU path
+
+
+@dataclass
+class LayerWeights:
+    attn_norm: torch.Tensor
+    wqkv: torch.Tensor
+    bqkv: torch.Tensor | None
+    q_norm: torch.Tensor | None
+    k_norm: torch.Tensor | None
+    wo: torch.Tensor
+    ffn_norm: torch.Tensor
+    w_gate: torch.Tensor
+    w_up: torch.Tensor
+    w_down: torch.Tensor
+
+
+class Ops:
+    """The step's kernels for one backend: 'triton' (CUDA, or CPU under TRITON_INTERPRET=1) or 'torch'."""
+
+    def __init__(self, backend: str):
+        if backend not in ("triton", "torch"):
+            raise ValueError(f"unknown backend {backend!r}")
+        self.backend = backend
+        t = backend == "triton"
+        self.rmsnorm = rmsnorm_triton if t else rmsnorm_reference
+        self.embedding = embedding_triton if t else embedding_reference
+        self.fused_linear = fused_linear_triton if t else fused_linear_reference
+        self.qkv_rope = qkv_rope_triton if t else qkv_rope_reference
+        self.greedy_commit = greedy_commit_triton if t else greedy_commit_reference
+        self._attention = attention_triton if t else attention_reference
+
+    def attention(self, q, k_cache, v_cache, kv_start, kv_end, workspace):
+        if self.backend == "triton":
+            return attention_triton(q, k_cache, v_cache, kv_start, kv_end, workspace)
+        return attention_reference(q, k_cache, v_cache, kv_start, kv_end)
+
+
+class KVCache:
+    """Static cache [layers, batch, kv_heads, capacity, head_dim] for keys and values."""
+
+    def __init__(self, config: ModelConfig, capacity: int, device, dtype, batch: int = 1):
+        shape = (config.n_layers, batch, config.n_kv_heads, capacity, config.head_dim)
+        self.k = torch.zeros(shape, device=device, dtype=dtype)
+        self.v = torch.zeros(shape, device=device, dtype=dtype)
+        self.capacity = capacity
+
+    @property
+    def batch(self) -> int:
+        return self.k.shape[1]
+
+
+class Transformer:
+    def __init__(self, config: ModelConfig, weights: dict[str, torch.Tensor], device: str | torch.device = "cpu",
+                 dtype: torch.dtype | None = None, backend: str | None = None):
+        self.config = config
+        self.device = torch.device(device)
+        self.dtype = dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
+        self.ops = Ops(backend or ("triton" if self.device.type == "cuda" else "torch"))
+        cv = lambda t: t.to(device=self.device, dtype=self.dtype).contiguous()  # noqa: E731
+        f32 = lambda t: t.to(device=self.device, dtype=torch.float32).contiguous()  # noqa: E731
+        self.embed = cv(weights["embed"])
+        self.lm_head = self.embed if config.tie_embeddings or "lm_head" not in weights else cv(weights["lm_head"])
+        self.norm = f32(weights["norm"])
+        self.layers: list[LayerWeights] = []
+        for i in range(config.n_layers):
+            p = f"layers.{i}."
+            has_bias = config.qkv_bias and (p + "bq") in weights
+            self.layers.append(LayerWeights(
+                attn_norm=f32(weights[p + "attn_norm"]),
+                wqkv=cv(torch.cat([weights[p + "wq"], weights[p + "wk"], weights[p + "wv"]], 0)),
+                bqkv=cv(torch.cat([weights[p + "bq"], weights[p + "bk"], weights[p + "bv"]], 0)) if has_bias else None,
+                q_norm=f32(weights[p + "q_norm"]) if config.qk_norm else None,
+                k_norm=f32(weights[p + "k_norm"]) if config.qk_norm else None,
+                wo=cv(weights[p + "wo"]),
+                ffn_norm=f32(weights[p + "ffn_norm"]),
+                w_gate=cv(weights[p + "w_gate"]),
+                w_up=cv(weights[p + "w_up"]),
+                w_down=cv(weights[p + "w_down"]),
+            ))
+        self._rope_len = 0
+        self.cos = self.sin = None
+        self.ensure_rope(min(config.max_seq_len, 4096))
+
+    # -- helpers -------------------------------------------------------------------------------
+    def ensure_rope(self, n_positions: int) -> None:
+        if n_positions > self._rope_len:
+            c = self.config
+            self.cos, self.sin = rope_tables(c.head_dim, c.rope_theta, c.rope_scaling, n_positions, self.device)
+            self._rope_len = n_positions
+
+    def new_cache(self, capacity: int, batch: int = 1) -> KVCache:
+        self.ensure_rope(capacity)
+        return KVCache(self.config, capacity, self.device, self.dtype, batch)
+
+    def _norm(self, x: torch.Tensor, w: torch.Tensor, out_dtype) -> torch.Tensor:
+        if self.device.type == "cuda":
+            return rmsnorm_triton(x, w, self.config.norm_eps, out_dtype=out_dtype)
+        return rmsnorm_reference(x, w, self.config.norm_eps, out_dtype=out_dtype)
+
+    # -- many tokens at once (prefill, scoring, training) ----------------------------------------
+    def forward_full(
+        self,
+        tokens: torch.Tensor,
+        cache: KVCache | None = None,
+        start: int = 0,
+        capture_layers: tuple[int, ...] = (),
+        logits: str = "last",
+    ) -> tuple[torch.Tensor | None, list[torch.Tensor]]:
+        """tokens [B, T] at positions start..start+T-1. With a cache, K/V are written there and the
+        queries see the cached prefix. Returns (logits [B, T or 1, V] float32 or None, captured
+        residuals [B, T, D] float32 after each layer in capture_layers)."""
+        c = self.config
+        b, t = tokens.shape
+        end = start + t
+        self.ensure_rope(end)
+        x = self.embed[tokens].float()  # [B, T, D] residual stream in float32
+        cos = self.cos[start:end]
+        sin = self.sin[start:end]
+        captured: list[torch.Tensor] = []
+        want = set(capture_layers)
+        for i, lw in enumerate(self.layers):
+            h = self._norm(x, lw.attn_norm, self.dtype)
+            qkv = F.linear(h, lw.wqkv, lw.bqkv)
+            q, k, v = qkv.split([c.q_dim, c.kv_dim, c.kv_dim], dim=-1)
+            q = q.reshape(b, t, c.n_heads, c.head_dim)
+            k = k.reshape(b, t, c.n_kv_heads, c.head_dim)
+            v = v.reshape(b, t, c.n_kv_heads, c.head_dim)
+            if c.qk_norm:
+                q = rmsnorm_reference(q, lw.q_norm, c.norm_eps, out_dtype=self.dtype)
+                k = rmsnorm_reference(k, lw.k_norm, c.norm_eps, out_dtype=self.dtype)
+            q = _rope(q, cos, sin)
+            k = _rope(k, cos, sin)
+            q, k, v = (z.transpose(1, 2) for z in (q, k, v))  # [B, heads, T, D]
+            if cache is not None:
+                cache.k[i, :b, :, start:end] = k
+                cache.v[i, :b, :, start:end] = v
+                if start > 0:
+                    k = cache.k[i, :b, :, :end]
+                    v = cache.v[i, :b, :, :end]
+            if start == 0:
+                o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            else:
+                qpos = torch.arange(start, end, device=self.device)
+                mask = torch.arange(end, device=self.device)[None, :] <= qpos[:, None]
+                o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+            o = o.transpose(1, 2).reshape(b, t, c.q_dim)
+            x = x + F.linear(o, lw.wo).float()
+            h = self._norm(x, lw.ffn_norm, self.dtype)
+            x = x + F.linear(F.silu(F.linear(h, lw.w_gate)) * F.linear(h, lw.w_up), lw.w_down).float()
+            if i in want:
+                captured.append(x)
+        if logits == "none":
+            return None, captured
+        if logits == "last":
+            x = x[:, -1:]
+        out = F.linear(self._norm(x, self.norm, self.dtype), self.lm_head).float()
+        return out, captured
+
+    # -- the decode / verify step ---------------------------------------------------------------
+    def step(self, io: "StepIO", m: int, cache: KVCache) -> None:
+        """Runs rows 0..m-1 of `io` (tokens at io.positions, each seeing keys [kv_start, kv_end)),
+        writing logits into io.logits and the residual after each capture layer into io.capture.
+        On the torch backend all STEP_ROWS rows are computed (fixed shapes keep rows invariant)."""
+        c = self.config
+        ops = self.ops
+        triton_path = ops.backend == "triton"
+        rows = m if triton_path else STEP_ROWS
+        pos = io.positions[:rows]
+        x = ops.embedding(io.tokens[:rows], self.embed)
+        for i, lw in enumerate(self.layers):
+            kc, vc = cache.k[i, 0], cache.v[i, 0]
+            q = ops.qkv_rope(x, lw.attn_norm, lw.wqkv, lw.bqkv, lw.q_norm, lw.k_norm, self.cos, self.sin,
+                             pos if triton_path else pos.long(), kc, vc, c.n_heads, c.n_kv_heads, c.norm_eps)
+            a = ops.attention(q, kc, vc, io.kv_start[:rows], io.kv_end[:rows], io.workspace)
+            x = ops.fused_linear(a, lw.wo, residual=x)
+            h = ops.fused_linear(x, lw.w_gate, norm_weight=lw.ffn_norm, eps=c.norm_eps, up_weight=lw.w_up, out_dtype=self.dtype)
+            slot = io.capture_slot.get(i)
+            if slot is not None and triton_path:
+                x = ops.fused_linear(h, lw.w_down, residual=x, out=io.capture[slot, :rows])
+            else:
+                x = ops.fused_linear(h, lw.w_down, residual=x)
+                if slot is not None:
+                    io.capture[slot, :rows].copy_(x)
+        if triton_path:
+            ops.fused_linear(x, self.lm_head, norm_weight=self.norm, eps=c.norm_eps, out=io.logits[:rows])
+        else:
+            io.logits[:rows].copy_(ops.fused_linear(x, self.lm_head, norm_weight=self.norm, eps=c.norm_eps, out_dtype=torch.float32))
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [B, T, heads, D] in rotate-half layout; cos/sin [T, D/2]. float32 math."""
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half].float(), x[..., half:].float()
+    c = cos[None, :, None, :]
+    s = sin[None, :, None, :]
+    return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1).to(x.dtype)
+
+
+class StepIO:
+    """Static inputs of the step (so one CUDA graph can be replayed): tokens, positions, key windows,
+    the attention workspace. The greedy-commit kernel rewrites them in place for the next step."""
+
+    def __init__(self, model: Transformer, capacity: int, capture_layers: tuple[int, ...] = (), split: int | None = None):
+        dev = model.device
+        c = model.config
+        self.capture_slot = {layer: k for k, layer in enumerate(capture_layers)}
+        self.capture = torch.zeros((len(capture_layers), STEP_ROWS, c.dim), dtype=torch.float32, device=dev)
+        self.logits = torch.zeros((STEP_ROWS, c.vocab_size), dtype=torch.float32, device=dev)
+        self.tokens = torch.zeros(STEP_ROWS, dtype=torch.int64, device=dev)
+        self.positions = torch.zeros(STEP_ROWS, dtype=torch.int32, device=dev)
+        self.kv_start = torch.zeros(STEP_ROWS, dtype=torch.int32, device=dev)
+        self.kv_end = torch.ones(STEP_ROWS, dtype=torch.int32, device=dev)
+        if split is None:
+            sms = torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else 8
+            split = default_split(capacity, c.n_kv_heads, sms)
+        self.workspace = AttentionWorkspace(STEP_ROWS, c.n_heads, c.head_dim, capacity, split, dev)
+
+    def set_rows(self, tokens: list[int] | torch.Tensor, base: int) -> None:
+        """Row i holds tokens[i] at position base + i, causal (sees keys [0, base + i])."""
+        n = len(tokens)
+        self.tokens[:n] = torch.as_tensor(tokens, dtype=torch.int64)
+        r = torch.arange(STEP_ROWS, dtype=torch.int32) + base
+        self.positions.copy_(r)
+        self.kv_start.zero_()
+        self.kv_end.copy_(r + 1)
