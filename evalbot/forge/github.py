@@ -1,0 +1,427 @@
+"""The GitHub adapter of the Forge Protocol, over PyGithub.
+
+- Labels: missing ones are created with a colour and description; a tier change removes every
+  `eval-dspark:*` / `eval:*` label and adds the new pair, one label at a time, so labels that people
+  set meanwhile are never overwritten.
+- One sticky scorecard comment, found by its hidden marker and edited in place.
+- Check run "DSpark eval": queued -> in_progress -> completed. A token that may not write check runs
+  (a personal access token) falls back to a commit status of the same name.
+- Merge: squash, passing the scored head SHA; GitHub answers 409 if the head moved, so a moved head
+  is never merged.
+- Every call is retried with back-off on 5xx, connection errors and (secondary) rate limits; when the
+  retries run out a `ForgeUnavailable` is raised and the worker keeps the verdict to publish later.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import requests
+from github import Auth, Github, GithubException, InputGitTreeElement, UnknownObjectException
+
+from evalbot.forge.base import (
+    CHECK_NAME,
+    NEEDS_REBASE_LABEL,
+    SCORECARD_MARKER_PREFIX,
+    MergeResult,
+    PullInfo,
+)
+from evalbot.service.texts import render
+
+log = logging.getLogger("evalbot.forge.github")
+T = TypeVar("T")
+
+MAX_CHECK_TEXT = 65535  # GitHub's limit for a check run's output summary and text
+STATUS_ID_PREFIX = "status:"
+
+
+class ForgeUnavailable(RuntimeError):
+    """GitHub kept failing (5xx, rate limits, network) after every retry."""
+
+
+class ForgeRefused(RuntimeError):
+    """GitHub answered a definite no (4xx other than rate limits); retrying will not help."""
+
+    def __init__(self, what: str, status: int, message: str):
+        super().__init__(f"{what}: GitHub answered {status}: {message}")
+        self.status = status
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    attempts: int = 6
+    base_delay: float = 1.0
+    max_delay: float = 60.0
+    max_wait_for_reset: float = 300.0  # a rate-limit reset further away than this is left to the outbox
+
+
+def _header(headers: dict | None, name: str) -> str | None:
+    if not headers:
+        return None
+    for key, value in headers.items():
+        if key.lower() == name:
+            return value
+    return None
+
+
+def is_rate_limited(status: int, headers: dict | None, message: str) -> bool:
+    if status == 429:
+        return True
+    if status != 403:
+        return False
+    text = (message or "").lower()
+    return (
+        "rate limit" in text
+        or _header(headers, "retry-after") is not None
+        or _header(headers, "x-ratelimit-remaining") == "0"
+    )
+
+
+def retry_delay(
+    attempt: int, status: int | None, headers: dict | None, message: str, policy: RetryPolicy, now: float, jitter: float
+) -> float | None:
+    """Seconds to wait before attempt `attempt + 1`, or None when this failure is not worth retrying.
+
+    `status` None means a network error. `jitter` in [0, 1) spreads retries of many workers.
+    """
+    if attempt + 1 >= policy.attempts:
+        return None
+    backoff = min(policy.max_delay, policy.base_delay * (2**attempt)) * (0.5 + jitter / 2)
+    if status is None or status >= 500:
+        return backoff
+    if not is_rate_limited(status, headers, message):
+        return None
+    retry_after = _header(headers, "retry-after")
+    if retry_after and retry_after.strip().isdigit():
+        wait = float(retry_after)
+    elif _header(headers, "x-ratelimit-remaining") == "0" and (_header(headers, "x-ratelimit-reset") or "").isdigit():
+        wait = max(0.0, float(_header(headers, "x-ratelimit-reset")) - now) + 1.0
+    else:
+        wait = max(60.0 * (2**attempt), backoff)  # GitHub: wait at least a minute on a secondary limit
+    return wait if wait <= policy.max_wait_for_reset else None
+
+
+def labels_to_change(current: list[str], prefixes: tuple[str, ...], new_labels: list[str]) -> tuple[list[str], list[str]]:
+    """(labels to remove, labels to add) so that no label with one of `prefixes` remains but `new_labels`."""
+    wanted = list(dict.fromkeys(new_labels))
+    remove = [name for name in current if name.startswith(prefixes) and name not in wanted]
+    add = [name for name in wanted if name not in current]
+    return remove, add
+
+
+def sticky_search_key(marker: str) -> str:
+    """The stable part of a marker: scorecard markers carry a schema version and head SHA that change."""
+    return SCORECARD_MARKER_PREFIX if marker.startswith(SCORECARD_MARKER_PREFIX) else marker
+
+
+def clip(text: str, limit: int = MAX_CHECK_TEXT) -> str:
+    if len(text) <= limit:
+        return text
+    note = "\n\n… (truncated; the full text is in the sticky comment)"
+    return text[: limit - len(note)] + note
+
+
+def label_style(name: str) -> tuple[str, str]:
+    """Colour (hex, no #) and one-line description for a label the bot creates."""
+    tier = name.split(":", 1)[1] if ":" in name else ""
+    colours = {"REJECT": "b60205", "none": "cfd3d7", "XS": "c2e0c6", "S": "a2eeef", "M": "7fd8be", "L": "0e8a16", "XL": "006b3c"}
+    colour = "fbca04" if name == NEEDS_REBASE_LABEL else colours.get(tier, "ededed")
+    return colour, render("gh_label_description.txt.j2", name=name, tier=tier).strip()[:100]
+
+
+_STATUS_STATE = {"success": "success", "neutral": "success", "skipped": "success", "failure": "failure",
+                 "cancelled": "error", "timed_out": "error", "action_required": "failure"}
+
+
+class GitHubForge:
+    """`Forge` for one GitHub repository. Build with `from_token` / `from_app`, or pass a `Github`."""
+
+    def __init__(
+        self,
+        client: Github,
+        repo_full_name: str,
+        *,
+        retry: RetryPolicy = RetryPolicy(),
+        receipts_branch: str = "evalbot-receipts",
+        receipts_dir: Path | None = None,
+        bot_login: str = "",
+        html_base_url: str = "https://github.com",
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.time,
+    ):
+        self.client = client
+        self.repo_name = repo_full_name
+        self.repo = client.get_repo(repo_full_name, lazy=True)
+        self.retry = retry
+        self.receipts_branch = receipts_branch
+        self.receipts_dir = receipts_dir
+        self.bot_login = bot_login
+        self.html_base_url = html_base_url.rstrip("/")
+        self._sleep = sleep
+        self._clock = clock
+        self._known_labels: set[str] | None = None
+
+    @classmethod
+    def from_token(cls, token: str, repo_full_name: str, *, base_url: str = "https://api.github.com", throttle: bool = True, **kwargs) -> "GitHubForge":
+        return cls(_client(Auth.Token(token), base_url, throttle), repo_full_name, **kwargs)
+
+    @classmethod
+    def from_app(cls, app_id: str, private_key: str, installation_id: int, repo_full_name: str, *, base_url: str = "https://api.github.com", **kwargs) -> "GitHubForge":
+        auth = Auth.AppAuth(int(app_id), private_key).get_installation_auth(int(installation_id))
+        return cls(_client(auth, base_url, True), repo_full_name, **kwargs)
+
+    # -- the retry edge ---------------------------------------------------------------------------
+    def _call(self, what: str, fn: Callable[[], T]) -> T:
+        attempt = 0
+        while True:
+            try:
+                return fn()
+            except GithubException as exc:
+                status, headers, message = exc.status, exc.headers, _message(exc)
+                error: Exception = exc
+            except (requests.ConnectionError, requests.Timeout) as exc:
+                status, headers, message, error = None, None, str(exc), exc
+            delay = retry_delay(attempt, status, headers, message, self.retry, self._clock(), random.random())
+            if delay is None:
+                if status is not None and status < 500 and not is_rate_limited(status, headers, message):
+                    raise ForgeRefused(what, status, message) from None
+                raise ForgeUnavailable(f"{what}: gave up after {attempt + 1} attempt(s): {status or 'network'} {message}") from error
+            log.warning("%s failed (%s %s); retry %d in %.1fs", what, status or "network", message[:120], attempt + 1, delay)
+            self._sleep(delay)
+            attempt += 1
+
+    # -- pulls --------------------------------------------------------------------------------------
+    def get_pull(self, number: int) -> PullInfo:
+        return self._call(f"get pull #{number}", lambda: _pull_info(self.repo.get_pull(number), full=True))
+
+    def list_open_pulls(self) -> list[PullInfo]:
+        return self._call("list open pulls", lambda: [_pull_info(p, full=False) for p in self.repo.get_pulls(state="open")])
+
+    def branch_head_sha(self, branch: str) -> str:
+        return self._call(f"get branch {branch}", lambda: self.repo.get_branch(branch).commit.sha)
+
+    def close(self, number: int) -> None:
+        self._call(f"close #{number}", lambda: self.repo.get_pull(number).edit(state="closed"))
+
+    def merge(self, number: int, expected_head_sha: str, title: str, message: str) -> MergeResult:
+        def attempt() -> MergeResult:
+            try:
+                status = self.repo.get_pull(number).merge(
+                    commit_title=title, commit_message=message, merge_method="squash", sha=expected_head_sha
+                )
+            except GithubException as exc:
+                if exc.status == 409:
+                    return MergeResult(False, message=f"head moved since {expected_head_sha[:12]} was scored; not merged")
+                if exc.status in (405, 422):
+                    return MergeResult(False, message=f"not mergeable: {_message(exc)}")
+                raise
+            return MergeResult(bool(status.merged), sha=status.sha or "", message=status.message or "")
+
+        return self._call(f"merge #{number}", attempt)
+
+    # -- labels -------------------------------------------------------------------------------------
+    def _ensure_labels(self, names: list[str]) -> None:
+        if self._known_labels is None:
+            self._known_labels = self._call("list labels", lambda: {label.name for label in self.repo.get_labels()})
+        for name in names:
+            if name in self._known_labels:
+                continue
+            colour, description = label_style(name)
+
+            def create(name=name, colour=colour, description=description) -> None:
+                try:
+                    self.repo.create_label(name, colour, description)
+                except GithubException as exc:
+                    if exc.status != 422:  # 422: someone created it meanwhile
+                        raise
+
+            self._call(f"create label {name}", create)
+            self._known_labels.add(name)
+
+    def _issue_labels(self, number: int) -> list[str]:
+        return self._call(f"labels of #{number}", lambda: [label.name for label in self.repo.get_issue(number).get_labels()])
+
+    def replace_labels(self, number: int, prefixes: tuple[str, ...], new_labels: list[str]) -> None:
+        remove, add = labels_to_change(self._issue_labels(number), prefixes, new_labels)
+        for name in remove:
+            self.remove_label(number, name)
+        if add:
+            self._ensure_labels(add)
+            self._call(f"add labels to #{number}", lambda: self.repo.get_issue(number).add_to_labels(*add))
+
+    def add_label(self, number: int, label: str) -> None:
+        self._ensure_labels([label])
+        self._call(f"add label {label} to #{number}", lambda: self.repo.get_issue(number).add_to_labels(label))
+
+    def remove_label(self, number: int, label: str) -> None:
+        def remove() -> None:
+            try:
+                self.repo.get_issue(number).remove_from_labels(label)
+            except UnknownObjectException:
+                pass  # already absent
+            except GithubException as exc:
+                if exc.status != 404:
+                    raise
+
+        self._call(f"remove label {label} from #{number}", remove)
+
+    # -- comments -----------------------------------------------------------------------------------
+    def upsert_sticky_comment(self, number: int, marker: str, body: str) -> str:
+        if marker not in body:
+            body = f"{body.rstrip()}\n\n{marker}\n"
+        key = sticky_search_key(marker)
+
+        def find():
+            for comment in self.repo.get_issue(number).get_comments():
+                if key in (comment.body or "") and (not self.bot_login or comment.user.login == self.bot_login):
+                    return comment
+            return None
+
+        existing = self._call(f"find sticky comment on #{number}", find)
+        if existing is not None:
+            try:
+                self._call(f"edit comment {existing.id}", lambda: existing.edit(body))
+                return str(existing.id)
+            except ForgeRefused as exc:
+                if exc.status not in (403, 404):  # not ours to edit, or deleted meanwhile: post a new one
+                    raise
+        return self.comment(number, body)
+
+    def comment(self, number: int, body: str) -> str:
+        return str(self._call(f"comment on #{number}", lambda: self.repo.get_issue(number).create_comment(body).id))
+
+    # -- check runs (commit statuses when check runs are not allowed) --------------------------------
+    def start_check(self, head_sha: str, name: str, summary: str) -> str:
+        def create() -> str:
+            run = self.repo.create_check_run(name=name, head_sha=head_sha, status="queued", output={"title": name, "summary": clip(summary)})
+            return str(run.id)
+
+        try:
+            return self._call(f"create check run on {head_sha[:12]}", create)
+        except ForgeRefused as exc:
+            if exc.status != 403:
+                raise
+            log.warning("token may not write check runs; using a commit status instead")
+            self._post_status(head_sha, name, "pending", summary)
+            return f"{STATUS_ID_PREFIX}{head_sha}:{name}"
+
+    def update_check(self, check_id: str, *, status: str, title: str, summary: str, conclusion: str | None = None, text: str | None = None) -> None:
+        if check_id.startswith(STATUS_ID_PREFIX):
+            head_sha, name = check_id[len(STATUS_ID_PREFIX):].split(":", 1)
+            state = "pending" if status != "completed" else _STATUS_STATE.get(conclusion or "", "error")
+            self._post_status(head_sha, name, state, title)
+            return
+        output = {"title": title[:255], "summary": clip(summary)}
+        if text:
+            output["text"] = clip(text)
+        fields: dict = {"status": status, "output": output}
+        if status == "completed":
+            fields["conclusion"] = conclusion or "neutral"
+        self._call(f"update check run {check_id}", lambda: self.repo.get_check_run(int(check_id)).edit(**fields))
+
+    def _post_status(self, head_sha: str, context: str, state: str, description: str) -> None:
+        commit = self.repo.get_commit(head_sha)
+        self._call(
+            f"commit status on {head_sha[:12]}",
+            lambda: commit.create_status(state=state, description=" ".join(description.split())[:140], context=context),
+        )
+
+    # -- receipts -------------------------------------------------------------------------------------
+    def store_receipt(self, number: int, head_sha: str, receipt_json: str) -> str:
+        """Keep the receipt locally, and on the receipts branch (an orphan branch) when configured.
+
+        Returns the GitHub URL of the file, or the local path when no branch is configured. The file
+        name holds a digest of the receipt, so storing the same receipt twice is a no-op.
+        """
+        digest = hashlib.sha256(receipt_json.encode()).hexdigest()[:16]
+        relative = f"receipts/pr-{number}/{head_sha}-{digest}.json"
+        local = None
+        if self.receipts_dir is not None:
+            local = Path(self.receipts_dir) / relative
+            local.parent.mkdir(parents=True, exist_ok=True)
+            local.write_text(receipt_json)
+        if not self.receipts_branch:
+            return str(local) if local else ""
+        self._ensure_receipts_branch()
+
+        def put() -> None:
+            try:
+                self.repo.create_file(relative, f"receipt for #{number} at {head_sha[:12]}", receipt_json, branch=self.receipts_branch)
+            except GithubException as exc:
+                if exc.status != 422:  # 422: this very receipt is already there
+                    raise
+
+        self._call(f"store receipt for #{number}", put)
+        return f"{self.html_base_url}/{self.repo_name}/blob/{self.receipts_branch}/{relative}"
+
+    def _ensure_receipts_branch(self) -> None:
+        ref = f"heads/{self.receipts_branch}"
+
+        def exists() -> bool:
+            try:
+                self.repo.get_git_ref(ref).object  # the ref is lazy: reading it makes the request
+                return True
+            except UnknownObjectException:
+                return False
+            except GithubException as exc:
+                if exc.status == 404:
+                    return False
+                raise
+
+        if self._call("find receipts branch", exists):
+            return
+        readme = render("gh_receipts_readme.md.j2", repo=self.repo_name)
+
+        def create() -> None:
+            tree = self.repo.create_git_tree([InputGitTreeElement("README.md", "100644", "blob", content=readme)])
+            commit = self.repo.create_git_commit("Receipts of the DSpark eval bot", tree, [])
+            try:
+                self.repo.create_git_ref(f"refs/{ref}", commit.sha)
+            except GithubException as exc:
+                if exc.status != 422:  # 422: another worker created it meanwhile
+                    raise
+
+        self._call("create receipts branch", create)
+
+
+def _client(auth: Auth.Auth, base_url: str, throttle: bool) -> Github:
+    # PyGithub's own retries are off: _call retries, with back-off that tests can drive without sleeping.
+    extra = {} if throttle else {"seconds_between_requests": None, "seconds_between_writes": None}
+    return Github(auth=auth, base_url=base_url, retry=None, timeout=30, **extra)
+
+
+def _message(exc: GithubException) -> str:
+    data = exc.data
+    if isinstance(data, dict) and data.get("message"):
+        return str(data["message"])
+    return exc.message or (json.dumps(data)[:200] if data is not None else "")
+
+
+def _pull_info(pull, *, full: bool) -> PullInfo:
+    # Properties, not raw_data: raw_data would fetch every PR of a listing once more.
+    state = "merged" if (full and pull.merged) else pull.state
+    return PullInfo(
+        number=pull.number,
+        head_sha=pull.head.sha,
+        head_ref=pull.head.ref,
+        base_ref=pull.base.ref,
+        base_sha=pull.base.sha,
+        title=pull.title or "",
+        author=pull.user.login if pull.user else "",
+        author_association=pull.author_association or "NONE",
+        draft=bool(pull.draft),
+        state=state,
+        mergeable=pull.mergeable if full else None,
+        labels=[label.name for label in pull.labels],
+    )
+
+
+__all__ = ["GitHubForge", "ForgeUnavailable", "ForgeRefused", "RetryPolicy", "CHECK_NAME", "labels_to_change", "retry_delay"]

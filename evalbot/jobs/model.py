@@ -1,0 +1,93 @@
+"""What travels through the queue: score jobs and light chores, as plain pydantic models."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ScoreJob(_Model):
+    """Score one PR head against one main SHA. Idempotent per (repo, PR, head SHA, base SHA)."""
+
+    kind: Literal["score"] = "score"
+    repo: str
+    pr_number: int
+    head_sha: str
+    base_sha: str
+    reason: str = ""  # opened, synchronize, rescore, main moved, ...
+    requested_by: str = ""
+
+    @property
+    def key(self) -> str:
+        return job_key(self.repo, self.pr_number, self.head_sha, self.base_sha)
+
+
+def job_key(repo: str, pr_number: int, head_sha: str, base_sha: str) -> str:
+    return f"{repo}#{pr_number}@{head_sha}..{base_sha}"
+
+
+class RescoreRequest(_Model):
+    """`/rescore`: the worker looks up the PR's head and main, then submits a forced ScoreJob."""
+
+    kind: Literal["rescore"] = "rescore"
+    repo: str
+    pr_number: int
+    requested_by: str
+
+
+class SetAutomerge(_Model):
+    kind: Literal["automerge"] = "automerge"
+    repo: str
+    pr_number: int
+    enabled: bool
+    requested_by: str
+
+
+class Reply(_Model):
+    """A comment rendered from templates/<template> with `context`."""
+
+    kind: Literal["reply"] = "reply"
+    repo: str
+    pr_number: int
+    template: str
+    context: dict[str, str | int | bool | list[str] | list[dict[str, str]]] = Field(default_factory=dict)
+
+
+class MainMoved(_Model):
+    """A push to main: every open PR's score is stale; mark them and queue them against the new main."""
+
+    kind: Literal["main_moved"] = "main_moved"
+    repo: str
+    main_sha: str
+    before_sha: str = ""
+
+
+class AnnounceQueued(_Model):
+    """Create the queued check run for a job as soon as it is accepted."""
+
+    kind: Literal["announce"] = "announce"
+    job_key: str
+
+
+class DecideRound(_Model):
+    """Try the automerge decision of the round against `base_sha` again (mergeability was unknown)."""
+
+    kind: Literal["decide_round"] = "decide_round"
+    repo: str
+    base_sha: str
+    attempt: int = 0
+
+
+Chore = Annotated[
+    Union[RescoreRequest, SetAutomerge, Reply, MainMoved, AnnounceQueued, DecideRound], Field(discriminator="kind")
+]
+Action = Annotated[
+    Union[ScoreJob, RescoreRequest, SetAutomerge, Reply, MainMoved, AnnounceQueued, DecideRound],
+    Field(discriminator="kind"),
+]
+CHORE_ADAPTER: TypeAdapter = TypeAdapter(Chore)

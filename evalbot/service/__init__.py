@@ -1,0 +1,1 @@
+"""The webhook service (`evalbot serve`): a Starlette app under uvicorn. See app.py."""

@@ -1,0 +1,5 @@
+import sys
+
+from evalbot.service.server import main
+
+sys.exit(main())
