@@ -1,0 +1,311 @@
+"""`evalbot`: score refs or local PRs, calibrate the box, manage keys and receipts, show the local forge.
+
+Exit status: 0 scored (any tier, "none" included) or command succeeded; 1 REJECT; 2 a user
+error (one line `error: ...` on stderr, never a traceback); 3 not evaluated (the PR changes the
+harness); 4 infrastructure error (a harness run crashed or timed out; not a verdict).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from rich.console import Console
+from rich.table import Table
+
+from evalbot import gitops, pipeline, receipt
+from evalbot.config import Settings, load_settings
+from evalbot.errors import EvalbotError
+from evalbot.forge.base import CHECK_NAME, SCORECARD_MARKER_PREFIX
+from evalbot.forge.local import LocalForge
+from evalbot.noise import NoiseFile, noise_path
+from evalbot.outcome import ScoreOutcome
+from evalbot.progress import RichProgress
+from evalbot.scorecard import render_calibration
+
+EXIT_OK, EXIT_REJECT, EXIT_USAGE, EXIT_NOT_EVALUATED, EXIT_INFRA = 0, 1, 2, 3, 4
+STATUS_EXIT = {"scored": EXIT_OK, "rejected": EXIT_REJECT, "not_evaluated": EXIT_NOT_EVALUATED, "infra_error": EXIT_INFRA}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a usage problem as one `error: ...` line."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"error: {message} (see `{self.prog} --help`)\n")
+
+
+def _repo(args: argparse.Namespace) -> Path:
+    return gitops.repo_root(Path(args.repo or ".").resolve())
+
+
+def _settings(args: argparse.Namespace, repo: Path) -> Settings:
+    return load_settings(repo, Path(args.config) if getattr(args, "config", None) else None)
+
+
+def _stdout() -> Console:
+    return Console(soft_wrap=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Commands
+
+
+def cmd_score(args: argparse.Namespace) -> int:
+    repo = _repo(args)
+    settings = _settings(args, repo)
+    forge: LocalForge | None = None
+    check_id = None
+    if args.pr is not None:
+        if args.base or args.head:
+            raise EvalbotError("give either --pr or --base/--head, not both")
+        forge = LocalForge(repo)
+        pull = forge.get_pull(args.pr)
+        if pull.state != "open":
+            raise EvalbotError(f"local PR #{args.pr} is {pull.state}")
+        base, head = pull.base_ref, pull.head_sha
+        check_id = forge.start_check(head, CHECK_NAME, f"Scoring `{head[:12]}` against `{base}`…")
+    else:
+        if not (args.base and args.head):
+            raise EvalbotError("--base and --head are required (or --pr N for a local PR)")
+        base, head = args.base, args.head
+    profile = args.profile or settings.default_profile
+    with RichProgress(enabled=not args.no_progress) as progress:
+        outcome = pipeline.score_refs(
+            repo, base, head, profile=profile, rounds=args.rounds, settings=settings, pr_number=args.pr,
+            progress=progress,
+        )
+    published = None
+    if forge is not None and args.pr is not None:
+        published = pipeline.publish(outcome, forge, args.pr, settings, check_id=check_id)
+    _print_outcome(outcome, args.json, published)
+    return STATUS_EXIT[outcome.verdict.status]
+
+
+def _print_outcome(outcome: ScoreOutcome, as_json: bool, published: pipeline.PublishResult | None) -> None:
+    if as_json:
+        doc = outcome.summary_json()
+        if published is not None:
+            doc["published"] = {"pr": outcome.pr_number, "ok": published.published, "reason": published.reason,
+                                "receipt_ref": published.receipt_ref}
+        print(json.dumps(doc, indent=2))
+        return
+    sys.stdout.write(outcome.scorecard)
+    if outcome.receipt:
+        print(f"\nreceipt: {outcome.receipt.path}")
+    if published is not None:
+        if published.published:
+            print(f"published to local PR #{outcome.pr_number}: {', '.join(published.labels) or 'no labels'}")
+        else:
+            print(f"not published: {published.reason}")
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    repo = _repo(args)
+    settings = _settings(args, repo)
+    profile = args.profile or settings.default_profile
+    with RichProgress(enabled=not args.no_progress) as progress:
+        floor, path = pipeline.calibrate(
+            repo, args.base, profile=profile, rounds=args.rounds, settings=settings, progress=progress
+        )
+    sys.stdout.write(render_calibration(floor, path, settings.templates_dir))
+    return EXIT_OK
+
+
+def cmd_keygen(args: argparse.Namespace) -> int:
+    private, public = receipt.generate_keypair(Path(args.out), force=args.force)
+    key = receipt.load_private_key(private)
+    print(f"wrote {private} (private, mode 0600) and {public} (public)")
+    print(f"keyid {receipt.keyid_for(key.public_key())}")
+    print(f"sign receipts with: export EVALBOT_SIGNING_KEY={private.resolve()}")
+    return EXIT_OK
+
+
+def cmd_receipt_verify(args: argparse.Namespace) -> int:
+    statement = receipt.verify_file(Path(args.file), Path(args.key))
+    pred = statement["predicate"]
+    verdict = pred.get("verdict", {})
+    code = pred.get("code", {})
+    keyid = receipt.keyid_for(receipt.load_public_key(Path(args.key)))
+    print(f"OK: {args.file} is intact and signed by keyid {keyid[:16]}…")
+    print(
+        f"head {code.get('head_sha', '?')[:12]} vs base {code.get('base_sha', '?')[:12]}: "
+        f"{verdict.get('status')} {verdict.get('tier') or ''} — {verdict.get('reason', '')}".rstrip()
+    )
+    return EXIT_OK
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    repo = _repo(args)
+    forge = LocalForge(repo)
+    console = _stdout()
+    table = Table(title=f"local PRs in {repo}")
+    for col in ("#", "title", "head → base", "head", "state", "labels", "check", "scorecard", "receipts"):
+        table.add_column(col)
+    for ov in forge.overview(SCORECARD_MARKER_PREFIX):
+        p = ov.pull
+        check = f"{ov.check_status}/{ov.check_conclusion}: {ov.check_title}" if ov.check_status else "—"
+        table.add_row(
+            str(p.number), p.title, f"{p.head_ref} → {p.base_ref}", p.head_sha[:12], p.state,
+            ", ".join(p.labels) or "—", check, ov.scorecard_updated_at if ov.has_scorecard else "—", str(ov.receipts),
+        )
+    console.print(table)
+    floors = NoiseFile.model_validate_json(noise_path(forge.state_dir).read_bytes()) if noise_path(forge.state_dir).is_file() else NoiseFile()
+    noise = Table(title="noise floors (evalbot calibrate)")
+    for col in ("box", "profile", "DSpark", "AR", "guard decode", "guard prefill", "rounds", "measured"):
+        noise.add_column(col)
+    for box, profiles in sorted(floors.floors.items()):
+        for prof, f in sorted(profiles.items()):
+            noise.add_row(
+                box, prof, f"±{f.dspark_decode:.2%}", f"±{f.ar_decode:.2%}", f"±{f.guard_decode:.2%}",
+                f"±{f.guard_prefill:.2%}", str(f.rounds), f.measured_at,
+            )
+    if floors.floors:
+        console.print(noise)
+    else:
+        console.print("no noise floor measured yet: run `evalbot calibrate`")
+    merges = forge.merges()
+    if merges:
+        console.print(f"{len(merges)} merge(s); last: #{merges[-1]['number']} as {merges[-1]['merge_sha'][:12]}")
+    return EXIT_OK
+
+
+def cmd_pr_open(args: argparse.Namespace) -> int:
+    forge = LocalForge(_repo(args))
+    pull = forge.open_pull(args.head, args.base, args.title or "")
+    print(f"opened local PR #{pull.number}: {pull.head_ref} ({pull.head_sha[:12]}) → {pull.base_ref}")
+    print(f"score it with: evalbot score --pr {pull.number}")
+    return EXIT_OK
+
+
+def cmd_pr_list(args: argparse.Namespace) -> int:
+    forge = LocalForge(_repo(args))
+    pulls = forge.list_pulls(None if args.all else "open")
+    if not pulls:
+        print("no local PRs" if args.all else "no open local PRs")
+        return EXIT_OK
+    table = Table()
+    for col in ("#", "title", "head → base", "head", "state", "labels"):
+        table.add_column(col)
+    for p in pulls:
+        table.add_row(str(p.number), p.title, f"{p.head_ref} → {p.base_ref}", p.head_sha[:12], p.state,
+                      ", ".join(p.labels) or "—")
+    _stdout().print(table)
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------------------------
+# Parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="evalbot",
+        description="DSpark EvalBot: scores changes to the DSpark engine against main, with main's harness.",
+        epilog="Exit status: 0 scored, 1 REJECT, 2 error, 3 not evaluated (harness changed), 4 infrastructure error.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    def repo_opts(p: argparse.ArgumentParser, config: bool = True) -> None:
+        p.add_argument("--repo", metavar="PATH", help="the git repository (default: the current directory)")
+        if config:
+            p.add_argument("--config", metavar="FILE", help="settings file (TOML or JSON; default .evalbot/config.toml)")
+
+    p = sub.add_parser(
+        "score", help="score a head ref against a base ref (or a local PR)",
+        description=(
+            "Check out both refs side by side, give both the base tip's harness (HARNESS_PATHS), run them "
+            "interleaved ABBA for N rounds, and print the scorecard (or --json). Writes a receipt under .evalbot/receipts/."
+        ),
+    )
+    repo_opts(p)
+    p.add_argument("--base", metavar="REF", help="the reference, normally main (its tip, or origin/<base>, provides the harness)")
+    p.add_argument("--head", metavar="REF", help="the change to score")
+    p.add_argument("--pr", type=int, metavar="N", help="score local PR N (see `evalbot pr`) and publish the result to it")
+    p.add_argument("--profile", choices=["cpu", "gpu"], help="harness profile (default from settings: cpu)")
+    p.add_argument("--rounds", type=int, metavar="N", help="ABBA rounds (default per profile: cpu 2, gpu 3)")
+    p.add_argument("--json", action="store_true", help="print one JSON document (tier, receipt, gates, ...) instead of markdown")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.set_defaults(func=cmd_score)
+
+    p = sub.add_parser(
+        "calibrate", help="measure this box's A/A noise floor (base against itself)",
+        description="Run the base ref against itself and store the largest PR/main deviation per metric in "
+        ".evalbot/noise-floor.json, per box and profile. Gates and tiers allow for it.",
+    )
+    repo_opts(p)
+    p.add_argument("--base", metavar="REF", default="main", help="the ref to measure against itself (default main)")
+    p.add_argument("--profile", choices=["cpu", "gpu"], help="harness profile (default from settings: cpu)")
+    p.add_argument("--rounds", type=int, metavar="N", help="A/A rounds (default: the profile's rounds, at least 2)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.set_defaults(func=cmd_calibrate)
+
+    p = sub.add_parser(
+        "keygen", help="create an Ed25519 key pair for signing receipts",
+        description="Write FILE (PEM private key, mode 0600) and FILE.pub. Point EVALBOT_SIGNING_KEY at FILE to sign receipts.",
+    )
+    p.add_argument("--out", required=True, metavar="FILE", help="where to write the private key")
+    p.add_argument("--force", action="store_true", help="overwrite existing files")
+    p.set_defaults(func=cmd_keygen)
+
+    p = sub.add_parser("receipt", help="work with Polaris receipts", description="Work with Polaris receipts.")
+    rsub = p.add_subparsers(dest="receipt_command", metavar="ACTION", parser_class=_Parser)
+    rsub.required = True
+    v = rsub.add_parser(
+        "verify", help="check a receipt's signature against a public key",
+        description="Exit 0 if FILE is byte-for-byte the envelope that was signed, by the key in PUB; otherwise "
+        "print what is wrong and exit non-zero.",
+    )
+    v.add_argument("file", metavar="FILE", help="the receipt (.intoto.json)")
+    v.add_argument("--key", required=True, metavar="PUB", help="the trusted public key (PEM), e.g. FILE.pub from keygen")
+    v.set_defaults(func=cmd_receipt_verify)
+
+    p = sub.add_parser(
+        "status", help="show the local forge: PRs, labels, checks, scorecards, receipts, noise floors",
+        description="Show what the local forge (.evalbot/forge.sqlite3) holds.",
+    )
+    repo_opts(p, config=False)
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("pr", help="local PRs: branches of this repo registered for scoring", description="Local PRs.")
+    psub = p.add_subparsers(dest="pr_command", metavar="ACTION", parser_class=_Parser)
+    psub.required = True
+    o = psub.add_parser("open", help="register a branch as a PR", description="Register branch --head as a PR against --base.")
+    repo_opts(o, config=False)
+    o.add_argument("--head", required=True, metavar="BRANCH", help="the branch with the change")
+    o.add_argument("--base", default="main", metavar="BRANCH", help="the branch to merge into (default main)")
+    o.add_argument("--title", metavar="TEXT", help="title (default: the branch name)")
+    o.set_defaults(func=cmd_pr_open)
+    ls = psub.add_parser("list", help="list local PRs", description="List local PRs (open ones unless --all).")
+    repo_opts(ls, config=False)
+    ls.add_argument("--all", action="store_true", help="include merged and closed PRs")
+    ls.set_defaults(func=cmd_pr_list)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except EvalbotError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 - a bug: one line unless asked for the traceback
+        if os.environ.get("EVALBOT_DEBUG"):
+            traceback.print_exc()
+        print(f"error: internal error: {type(e).__name__}: {e} (set EVALBOT_DEBUG=1 for a traceback)", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

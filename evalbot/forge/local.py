@@ -1,0 +1,375 @@
+"""The local forge (the embedded default): a SQLite file under `<repo>/.evalbot/`.
+
+A local PR is a branch of the repository being scored, registered with `evalbot pr open`. Its
+head SHA is always read live from the branch, so pushing to the branch moves the PR. The file
+keeps labels, the sticky scorecard, check runs, receipts and merges, and implements the `Forge`
+Protocol so the pipeline publishes to it exactly as it would to GitHub.
+
+Every method opens its own short connection: safe for a CLI and for worker threads alike.
+"""
+
+from __future__ import annotations
+
+import getpass
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from evalbot.errors import ForgeError, GitError
+from evalbot.forge.base import MergeResult, PullInfo
+from evalbot.gitops import git, ref_exists, resolve
+
+DB_NAME = "forge.sqlite3"
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS pulls (
+    number INTEGER PRIMARY KEY AUTOINCREMENT,
+    head_ref TEXT NOT NULL,
+    base_ref TEXT NOT NULL,
+    head_sha TEXT NOT NULL,
+    base_sha TEXT NOT NULL,
+    title TEXT NOT NULL DEFAULT '',
+    author TEXT NOT NULL DEFAULT '',
+    state TEXT NOT NULL DEFAULT 'open',
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS labels (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    number INTEGER NOT NULL REFERENCES pulls(number),
+    label TEXT NOT NULL,
+    UNIQUE (number, label)
+);
+CREATE TABLE IF NOT EXISTS comments (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    number INTEGER NOT NULL REFERENCES pulls(number),
+    body TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS checks (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    head_sha TEXT NOT NULL,
+    name TEXT NOT NULL,
+    status TEXT NOT NULL,
+    conclusion TEXT,
+    title TEXT NOT NULL DEFAULT '',
+    summary TEXT NOT NULL DEFAULT '',
+    text TEXT,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS receipts (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    number INTEGER NOT NULL,
+    head_sha TEXT NOT NULL,
+    path TEXT NOT NULL,
+    body TEXT NOT NULL,
+    created_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS merges (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    number INTEGER NOT NULL,
+    head_sha TEXT NOT NULL,
+    base_ref TEXT NOT NULL,
+    merge_sha TEXT NOT NULL,
+    title TEXT NOT NULL,
+    message TEXT NOT NULL,
+    created_at TEXT NOT NULL
+);
+"""
+
+_BOT_IDENTITY = {
+    "GIT_AUTHOR_NAME": "DSpark EvalBot",
+    "GIT_AUTHOR_EMAIL": "evalbot@localhost",
+    "GIT_COMMITTER_NAME": "DSpark EvalBot",
+    "GIT_COMMITTER_EMAIL": "evalbot@localhost",
+}
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+@dataclass
+class PullOverview:
+    """One row of `evalbot status`."""
+
+    pull: PullInfo
+    check_status: str = ""
+    check_conclusion: str = ""
+    check_title: str = ""
+    has_scorecard: bool = False
+    scorecard_updated_at: str = ""
+    receipts: int = 0
+
+
+class LocalForge:
+    def __init__(self, repo: Path, state_dir: Path | None = None) -> None:
+        self.repo = repo
+        self.state_dir = state_dir or repo / ".evalbot"
+        self.db_path = self.state_dir / DB_NAME
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        ignore = self.state_dir / ".gitignore"
+        if not ignore.exists():
+            ignore.write_text("# the bot's state; never committed\n*\n")
+        with self._db() as db:
+            db.executescript(_SCHEMA)
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    @contextmanager
+    def _db(self) -> Iterator[sqlite3.Connection]:
+        db = sqlite3.connect(self.db_path, timeout=30)
+        db.row_factory = sqlite3.Row
+        try:
+            db.execute("PRAGMA journal_mode = WAL")
+            with db:
+                yield db
+        finally:
+            db.close()
+
+    # -- PRs ------------------------------------------------------------------------------------
+
+    def _branch_sha(self, branch: str) -> str | None:
+        if ref_exists(self.repo, f"refs/heads/{branch}"):
+            return resolve(self.repo, f"refs/heads/{branch}")
+        return None
+
+    def open_pull(self, head: str, base: str = "main", title: str = "", author: str | None = None) -> PullInfo:
+        """Register branch `head` as a PR against branch `base`."""
+        head_sha, base_sha = self._branch_sha(head), self._branch_sha(base)
+        if head_sha is None:
+            raise ForgeError(f"no branch {head!r} in {self.repo}")
+        if base_sha is None:
+            raise ForgeError(f"no branch {base!r} in {self.repo}")
+        if head == base:
+            raise ForgeError("head and base are the same branch")
+        with self._db() as db:
+            row = db.execute(
+                "SELECT number FROM pulls WHERE head_ref = ? AND base_ref = ? AND state = 'open'", (head, base)
+            ).fetchone()
+            if row:
+                raise ForgeError(f"branch {head!r} already has open PR #{row['number']} against {base!r}")
+            now = _now()
+            cur = db.execute(
+                "INSERT INTO pulls (head_ref, base_ref, head_sha, base_sha, title, author, state, created_at, updated_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, 'open', ?, ?)",
+                (head, base, head_sha, base_sha, title or head, author or getpass.getuser(), now, now),
+            )
+            number = int(cur.lastrowid or 0)
+        return self.get_pull(number)
+
+    def _pull_from_row(self, db: sqlite3.Connection, row: sqlite3.Row) -> PullInfo:
+        head_sha, base_sha = row["head_sha"], row["base_sha"]
+        if row["state"] == "open":
+            head_sha = self._branch_sha(row["head_ref"]) or head_sha
+            base_sha = self._branch_sha(row["base_ref"]) or base_sha
+            if (head_sha, base_sha) != (row["head_sha"], row["base_sha"]):
+                db.execute(
+                    "UPDATE pulls SET head_sha = ?, base_sha = ?, updated_at = ? WHERE number = ?",
+                    (head_sha, base_sha, _now(), row["number"]),
+                )
+        labels = [r["label"] for r in db.execute("SELECT label FROM labels WHERE number = ? ORDER BY id", (row["number"],))]
+        return PullInfo(
+            number=row["number"], head_sha=head_sha, head_ref=row["head_ref"], base_ref=row["base_ref"],
+            base_sha=base_sha, title=row["title"], author=row["author"], author_association="OWNER",
+            draft=False, state=row["state"], mergeable=None, labels=labels,
+        )
+
+    def get_pull(self, number: int) -> PullInfo:
+        with self._db() as db:
+            row = db.execute("SELECT * FROM pulls WHERE number = ?", (number,)).fetchone()
+            if row is None:
+                raise ForgeError(f"no local PR #{number}")
+            return self._pull_from_row(db, row)
+
+    def list_pulls(self, state: str | None = None) -> list[PullInfo]:
+        with self._db() as db:
+            if state is None:
+                rows = db.execute("SELECT * FROM pulls ORDER BY number").fetchall()
+            else:
+                rows = db.execute("SELECT * FROM pulls WHERE state = ? ORDER BY number", (state,)).fetchall()
+            return [self._pull_from_row(db, r) for r in rows]
+
+    def list_open_pulls(self) -> list[PullInfo]:
+        return self.list_pulls("open")
+
+    def _require(self, db: sqlite3.Connection, number: int) -> None:
+        if db.execute("SELECT 1 FROM pulls WHERE number = ?", (number,)).fetchone() is None:
+            raise ForgeError(f"no local PR #{number}")
+
+    # -- labels ---------------------------------------------------------------------------------
+
+    def replace_labels(self, number: int, prefixes: tuple[str, ...], new_labels: list[str]) -> None:
+        with self._db() as db:
+            self._require(db, number)
+            for r in db.execute("SELECT id, label FROM labels WHERE number = ?", (number,)).fetchall():
+                if r["label"].startswith(tuple(prefixes)):
+                    db.execute("DELETE FROM labels WHERE id = ?", (r["id"],))
+            for label in new_labels:
+                db.execute("INSERT OR IGNORE INTO labels (number, label) VALUES (?, ?)", (number, label))
+
+    def add_label(self, number: int, label: str) -> None:
+        with self._db() as db:
+            self._require(db, number)
+            db.execute("INSERT OR IGNORE INTO labels (number, label) VALUES (?, ?)", (number, label))
+
+    def remove_label(self, number: int, label: str) -> None:
+        with self._db() as db:
+            db.execute("DELETE FROM labels WHERE number = ? AND label = ?", (number, label))
+
+    # -- comments -------------------------------------------------------------------------------
+
+    def upsert_sticky_comment(self, number: int, marker: str, body: str) -> str:
+        with self._db() as db:
+            self._require(db, number)
+            rows = db.execute("SELECT id, body FROM comments WHERE number = ? ORDER BY id", (number,)).fetchall()
+            sticky = next((r for r in rows if marker in r["body"]), None)
+            now = _now()
+            if sticky is not None:
+                db.execute("UPDATE comments SET body = ?, updated_at = ? WHERE id = ?", (body, now, sticky["id"]))
+                return str(sticky["id"])
+            cur = db.execute(
+                "INSERT INTO comments (number, body, created_at, updated_at) VALUES (?, ?, ?, ?)", (number, body, now, now)
+            )
+            return str(cur.lastrowid)
+
+    def comment(self, number: int, body: str) -> str:
+        with self._db() as db:
+            self._require(db, number)
+            now = _now()
+            cur = db.execute(
+                "INSERT INTO comments (number, body, created_at, updated_at) VALUES (?, ?, ?, ?)", (number, body, now, now)
+            )
+            return str(cur.lastrowid)
+
+    def comments(self, number: int) -> list[dict]:
+        with self._db() as db:
+            return [dict(r) for r in db.execute("SELECT * FROM comments WHERE number = ? ORDER BY id", (number,))]
+
+    # -- checks ---------------------------------------------------------------------------------
+
+    def start_check(self, head_sha: str, name: str, summary: str) -> str:
+        with self._db() as db:
+            now = _now()
+            cur = db.execute(
+                "INSERT INTO checks (head_sha, name, status, summary, created_at, updated_at)"
+                " VALUES (?, ?, 'in_progress', ?, ?, ?)",
+                (head_sha, name, summary, now, now),
+            )
+            return str(cur.lastrowid)
+
+    def update_check(
+        self, check_id: str, *, status: str, title: str, summary: str, conclusion: str | None = None,
+        text: str | None = None,
+    ) -> None:
+        with self._db() as db:
+            cur = db.execute(
+                "UPDATE checks SET status = ?, title = ?, summary = ?, conclusion = ?, text = ?, updated_at = ?"
+                " WHERE id = ?",
+                (status, title, summary, conclusion, text, _now(), int(check_id)),
+            )
+            if cur.rowcount == 0:
+                raise ForgeError(f"no check run {check_id}")
+
+    def checks(self, head_sha: str) -> list[dict]:
+        with self._db() as db:
+            return [dict(r) for r in db.execute("SELECT * FROM checks WHERE head_sha = ? ORDER BY id", (head_sha,))]
+
+    # -- receipts -------------------------------------------------------------------------------
+
+    def store_receipt(self, number: int, head_sha: str, receipt_json: str) -> str:
+        directory = self.state_dir / "receipts"
+        directory.mkdir(parents=True, exist_ok=True)
+        with self._db() as db:
+            self._require(db, number)
+            now = _now()
+            cur = db.execute(
+                "INSERT INTO receipts (number, head_sha, path, body, created_at) VALUES (?, ?, '', ?, ?)",
+                (number, head_sha, receipt_json, now),
+            )
+            rid = int(cur.lastrowid or 0)
+            path = directory / f"pr{number}-{head_sha[:12]}-{rid}.intoto.json"
+            path.write_text(receipt_json if receipt_json.endswith("\n") else receipt_json + "\n")
+            db.execute("UPDATE receipts SET path = ? WHERE id = ?", (str(path), rid))
+        return str(path)
+
+    def receipts(self, number: int) -> list[dict]:
+        with self._db() as db:
+            return [dict(r) for r in db.execute("SELECT * FROM receipts WHERE number = ? ORDER BY id", (number,))]
+
+    # -- merge / close --------------------------------------------------------------------------
+
+    def _checked_out_in(self, branch: str) -> Path | None:
+        current: Path | None = None
+        for line in git(self.repo, "worktree", "list", "--porcelain").splitlines():
+            if line.startswith("worktree "):
+                current = Path(line[len("worktree ") :])
+            elif line == f"branch refs/heads/{branch}":
+                return current
+        return None
+
+    def merge(self, number: int, expected_head_sha: str, title: str, message: str) -> MergeResult:
+        """Squash-merge: one new commit on the base branch with the PR's tree merged in."""
+        pull = self.get_pull(number)
+        if pull.state != "open":
+            return MergeResult(False, message=f"PR #{number} is {pull.state}")
+        if pull.head_sha != expected_head_sha:
+            return MergeResult(False, message=f"head moved: {pull.head_sha[:12]} is not the scored {expected_head_sha[:12]}")
+        try:  # exits non-zero on a conflict
+            tree = git(self.repo, "merge-tree", "--write-tree", pull.base_sha, pull.head_sha).splitlines()[0].strip()
+        except GitError:
+            return MergeResult(False, message="the PR does not merge cleanly into its base")
+        env = {} if git(self.repo, "config", "user.email", check=False).strip() else _BOT_IDENTITY
+        try:
+            commit = git(
+                self.repo, "commit-tree", tree, "-p", pull.base_sha, "-m", f"{title}\n\n{message}".strip(), extra_env=env
+            ).strip()
+            worktree = self._checked_out_in(pull.base_ref)
+            if worktree is not None:
+                git(worktree, "merge", "--ff-only", "--quiet", commit)
+            else:
+                git(self.repo, "update-ref", f"refs/heads/{pull.base_ref}", commit, pull.base_sha)
+        except GitError as e:
+            return MergeResult(False, message=f"could not update {pull.base_ref}: {e}")
+        with self._db() as db:
+            now = _now()
+            db.execute(
+                "INSERT INTO merges (number, head_sha, base_ref, merge_sha, title, message, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (number, expected_head_sha, pull.base_ref, commit, title, message, now),
+            )
+            db.execute("UPDATE pulls SET state = 'merged', updated_at = ? WHERE number = ?", (now, number))
+        return MergeResult(True, sha=commit, message=f"squash-merged into {pull.base_ref}")
+
+    def merges(self) -> list[dict]:
+        with self._db() as db:
+            return [dict(r) for r in db.execute("SELECT * FROM merges ORDER BY id")]
+
+    def close(self, number: int) -> None:
+        with self._db() as db:
+            self._require(db, number)
+            db.execute(
+                "UPDATE pulls SET state = 'closed', updated_at = ? WHERE number = ? AND state = 'open'", (_now(), number)
+            )
+
+    # -- overview -------------------------------------------------------------------------------
+
+    def overview(self, marker: str) -> list[PullOverview]:
+        rows = []
+        for pull in self.list_pulls():
+            ov = PullOverview(pull=pull)
+            checks = self.checks(pull.head_sha)
+            if checks:
+                last = checks[-1]
+                ov.check_status, ov.check_conclusion, ov.check_title = last["status"], last["conclusion"] or "", last["title"]
+            sticky = [c for c in self.comments(pull.number) if marker in c["body"]]
+            if sticky:
+                ov.has_scorecard, ov.scorecard_updated_at = True, sticky[0]["updated_at"]
+            ov.receipts = len(self.receipts(pull.number))
+            rows.append(ov)
+        return rows

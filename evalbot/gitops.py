@@ -1,0 +1,260 @@
+"""Git: resolve refs, make worktrees, pin the harness from the base branch tip, spot harness edits.
+
+One ruler for both refs: every file the base tip's `harness/HARNESS_PATHS` names is copied from
+that tip into both worktrees (and any stale harness file a ref carries is removed), then checked
+byte for byte. If that cannot be done the run stops with `HarnessPinError` — measuring a ref
+with its own copy of the harness once read a good PR as -47.5% (docs/shared prior-art).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from evalbot.errors import GitError, HarnessPinError
+
+_GLOB_CHARS = set("*?[")
+
+
+def git(
+    repo: Path, *args: str, check: bool = True, input_bytes: bytes | None = None,
+    extra_env: Mapping[str, str] | None = None,
+) -> str:
+    env = dict(os.environ, GIT_LITERAL_PATHSPECS="1", LC_ALL="C", GIT_TERMINAL_PROMPT="0", **(extra_env or {}))
+    proc = subprocess.run(
+        ["git", "-C", str(repo), *args],
+        capture_output=True,
+        input=input_bytes,
+        env=env,
+    )
+    if check and proc.returncode != 0:
+        msg = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise GitError(f"git {' '.join(args[:3])}: {msg[-1] if msg else 'failed'}")
+    return proc.stdout.decode("utf-8", "surrogateescape")
+
+
+def repo_root(path: Path) -> Path:
+    if not path.exists():
+        raise GitError(f"{path} does not exist")
+    try:
+        top = git(path, "rev-parse", "--show-toplevel").strip()
+    except GitError:
+        raise GitError(f"{path} is not inside a git repository") from None
+    return Path(top)
+
+
+def resolve(repo: Path, ref: str) -> str:
+    """The commit SHA a ref names; GitError with the ref in the message if it names none."""
+    if not ref or ref.startswith("-"):
+        raise GitError(f"invalid ref {ref!r}")
+    out = git(repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}", check=False).strip()
+    if not out:
+        raise GitError(f"cannot resolve {ref!r} to a commit in {repo}")
+    return out
+
+
+def ref_exists(repo: Path, full_ref: str) -> bool:
+    return bool(git(repo, "rev-parse", "--verify", "--quiet", full_ref, check=False).strip())
+
+
+def harness_source_ref(repo: Path, base: str, remote: str = "origin") -> str:
+    """Where the ruler comes from: the base branch tip, on the remote when the repo has one.
+
+    `main` with an `origin/main` -> `origin/main`; a branch with no remote twin -> itself; a SHA
+    or any other ref -> itself.
+    """
+    if base.startswith(("refs/", f"{remote}/")):
+        return base
+    if ref_exists(repo, f"refs/remotes/{remote}/{base}"):
+        return f"{remote}/{base}"
+    return base
+
+
+def merge_base(repo: Path, a: str, b: str) -> str:
+    out = git(repo, "merge-base", a, b, check=False).strip()
+    if not out:
+        raise GitError(f"{a[:12]} and {b[:12]} share no history")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# HARNESS_PATHS: one path or glob per line, '#' comments. A plain path (or one ending in '/')
+# covers itself and everything below it; a glob is matched with fnmatch against the whole path
+# and against each of its parent directories.
+
+
+def parse_manifest(text: str) -> list[str]:
+    patterns = []
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if line.startswith("./"):
+            line = line[2:]
+        if line:
+            patterns.append(line)
+    return patterns
+
+
+def path_matches(path: str, pattern: str) -> bool:
+    pattern = pattern.rstrip("/")
+    if not pattern:
+        return False
+    parents = [path]
+    parts = path.split("/")
+    parents += ["/".join(parts[:i]) for i in range(1, len(parts))]
+    if not (_GLOB_CHARS & set(pattern)):
+        return any(p == pattern for p in parents)
+    return any(fnmatch.fnmatchcase(p, pattern) for p in parents)
+
+
+def matches_any(path: str, patterns: Sequence[str]) -> bool:
+    return any(path_matches(path, p) for p in patterns)
+
+
+def read_manifest(repo: Path, ref: str, manifest_path: str) -> list[str]:
+    """The harness path patterns at `ref`, the manifest itself always included."""
+    proc = subprocess.run(
+        ["git", "-C", str(repo), "show", f"{ref}:{manifest_path}"], capture_output=True
+    )
+    if proc.returncode != 0:
+        raise HarnessPinError(
+            f"cannot pin the harness: {manifest_path} does not exist at {ref} "
+            "(the base branch must carry the harness manifest)"
+        )
+    patterns = parse_manifest(proc.stdout.decode("utf-8", "replace"))
+    if not patterns:
+        raise HarnessPinError(f"cannot pin the harness: {manifest_path} at {ref} lists no paths")
+    if manifest_path not in patterns:
+        patterns.append(manifest_path)
+    return patterns
+
+
+@dataclass(frozen=True)
+class TreeEntry:
+    mode: str
+    blob: str
+    path: str
+
+
+def tree_entries(repo: Path, ref: str) -> list[TreeEntry]:
+    out = git(repo, "ls-tree", "-r", "-z", "--full-tree", ref)
+    entries = []
+    for record in out.split("\0"):
+        if not record:
+            continue
+        meta, path = record.split("\t", 1)
+        mode, kind, blob = meta.split()
+        if kind == "blob":
+            entries.append(TreeEntry(mode, blob, path))
+    return entries
+
+
+def harness_entries(repo: Path, ref: str, patterns: Sequence[str]) -> list[TreeEntry]:
+    return [e for e in tree_entries(repo, ref) if matches_any(e.path, patterns)]
+
+
+def tree_digest(entries: Sequence[TreeEntry]) -> str:
+    """sha256 over sorted `mode blob path` lines: names the exact ruler in the receipt."""
+    h = hashlib.sha256()
+    for e in sorted(entries, key=lambda e: e.path):
+        h.update(f"{e.mode} {e.blob} {e.path}\n".encode("utf-8", "surrogateescape"))
+    return h.hexdigest()
+
+
+def changed_paths(repo: Path, base_sha: str, head_sha: str) -> list[str]:
+    """Paths the head itself changed since it branched (three-dot diff, renames split in two)."""
+    mb = merge_base(repo, base_sha, head_sha)
+    out = git(repo, "diff", "--name-only", "--no-renames", "-z", mb, head_sha)
+    return sorted(p for p in out.split("\0") if p)
+
+
+def harness_changes(repo: Path, base_sha: str, head_sha: str, patterns: Sequence[str]) -> list[str]:
+    return [p for p in changed_paths(repo, base_sha, head_sha) if matches_any(p, patterns)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Worktrees and the overlay
+
+
+@contextmanager
+def worktree(repo: Path, sha: str, parent: Path, name: str) -> Iterator[Path]:
+    """A detached worktree of `sha` at parent/name, removed afterwards whatever happened."""
+    path = parent / name
+    git(repo, "worktree", "add", "--detach", "--force", str(path), sha)
+    try:
+        yield path
+    finally:
+        git(repo, "worktree", "remove", "--force", str(path), check=False)
+        if path.exists():
+            shutil.rmtree(path, ignore_errors=True)
+        git(repo, "worktree", "prune", check=False)
+
+
+@contextmanager
+def scratch_dir(prefix: str = "evalbot-") -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _blob_id(path: Path, object_format: str) -> str:
+    data = path.read_bytes()
+    return hashlib.new(object_format, b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def object_format(repo: Path) -> str:
+    fmt = git(repo, "rev-parse", "--show-object-format", check=False).strip()
+    return fmt if fmt in ("sha1", "sha256") else "sha1"
+
+
+def overlay_harness(repo: Path, worktree_path: Path, harness_sha: str, patterns: Sequence[str]) -> str:
+    """Make the worktree's harness exactly the one at `harness_sha`; return its tree digest.
+
+    Files the manifest covers are checked out from `harness_sha`; covered files the worktree has
+    but the harness tip does not are deleted. Then every covered file is hashed and compared:
+    any difference raises HarnessPinError.
+    """
+    wanted = harness_entries(repo, harness_sha, patterns)
+    if not wanted:
+        raise HarnessPinError(f"cannot pin the harness: HARNESS_PATHS matches no file at {harness_sha[:12]}")
+    try:
+        paths = [e.path for e in wanted]
+        for i in range(0, len(paths), 200):
+            git(worktree_path, "checkout", harness_sha, "--", *paths[i : i + 200])
+        wanted_paths = set(paths)
+        tracked = git(worktree_path, "ls-files", "-z").split("\0")
+        stale = [p for p in tracked if p and matches_any(p, patterns) and p not in wanted_paths]
+        for i in range(0, len(stale), 200):
+            git(worktree_path, "rm", "-q", "-f", "--", *stale[i : i + 200])
+    except Exception as e:  # noqa: BLE001 - any failure here is a failed pin, said loudly
+        raise HarnessPinError(f"cannot pin the harness from {harness_sha[:12]} into {worktree_path.name}: {e}") from None
+    return verify_overlay(worktree_path, wanted, patterns, object_format(repo))
+
+
+def verify_overlay(
+    worktree_path: Path, wanted: Sequence[TreeEntry], patterns: Sequence[str], fmt: str = "sha1"
+) -> str:
+    """Every covered file equals the pinned blob, and no other covered file exists."""
+    for e in wanted:
+        f = worktree_path / e.path
+        if not (f.is_file() or f.is_symlink()):
+            raise HarnessPinError(f"harness pin failed: {e.path} is missing in {worktree_path.name}")
+        if e.mode != "120000" and _blob_id(f, fmt) != e.blob:
+            raise HarnessPinError(f"harness pin failed: {e.path} in {worktree_path.name} differs from the base tip")
+    wanted_paths = {e.path for e in wanted}
+    for root, dirs, files in os.walk(worktree_path):
+        dirs[:] = [d for d in dirs if d not in (".git", "__pycache__")]
+        for name in files:
+            rel = Path(root, name).relative_to(worktree_path).as_posix()
+            if rel not in wanted_paths and matches_any(rel, patterns) and not rel.endswith(".pyc"):
+                raise HarnessPinError(f"harness pin failed: {rel} in {worktree_path.name} is not part of the base tip's harness")
+    return tree_digest(wanted)

@@ -1,0 +1,301 @@
+"""The whole flow, used by the CLI and (later) the webhook worker.
+
+    resolve refs ─▶ pin harness from the base tip ─▶ harness changed? ─▶ worktrees + overlay
+        ─▶ ABBA harness runs ─▶ anti-forgery ─▶ (re-verify) ─▶ measurements ─▶ verdict
+        ─▶ receipt (signed) ─▶ scorecard / check text          [score_refs -> ScoreOutcome]
+    ScoreOutcome ─▶ labels, sticky scorecard, check run, stored receipt   [publish(outcome, forge, n)]
+
+Setup problems a user must fix (a ref that does not resolve, no harness manifest, a failed pin, a
+broken signing key) raise `EvalbotError`. Anything that goes wrong while the harness runs becomes
+an infrastructure-error verdict in the outcome: reported, never read as slow or lossy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from evalbot import gitops, receipt
+from evalbot.config import STATE_DIR_NAME, Settings, load_settings
+from evalbot.errors import EvalbotError
+from evalbot.forge.base import CHECK_NAME, SCORECARD_MARKER_PREFIX, Forge
+from evalbot.forgery import check_all
+from evalbot.measurements import Measurements, summarize
+from evalbot.noise import NoiseFloor, load_noise_floor, store_noise_floor, utc_now
+from evalbot.outcome import ReceiptInfo, RunSummary, ScoreOutcome
+from evalbot.reverify import ReverifierFactory, reverify_streams
+from evalbot.runner import HarnessRunner, ProgressSink, RunRecord
+from evalbot.scorecard import check_report, render_scorecard
+from evalbot.stats import max_abs_deviation, paired_ratios
+from evalbot.verdict import Verdict, decide, infrastructure_error, not_evaluated_harness_changed
+
+
+def state_dir_for(repo: Path) -> Path:
+    path = repo / STATE_DIR_NAME
+    path.mkdir(parents=True, exist_ok=True)
+    ignore = path / ".gitignore"
+    if not ignore.exists():
+        ignore.write_text("# the bot's state; never committed\n*\n")
+    return path
+
+
+def load_signing_key(settings: Settings) -> Ed25519PrivateKey | None:
+    """The Ed25519 key from EVALBOT_SIGNING_KEY / config, or None ("collected, not signed")."""
+    if settings.signing_key is None:
+        return None
+    return receipt.load_private_key(Path(settings.signing_key).expanduser())
+
+
+@dataclass
+class _Pinned:
+    repo: Path
+    base_sha: str
+    head_sha: str
+    harness_ref: str
+    harness_sha: str
+    patterns: list[str]
+    harness_digest: str
+
+
+def _pin(repo: Path, base: str, head: str, settings: Settings) -> _Pinned:
+    base_sha = gitops.resolve(repo, base)
+    head_sha = gitops.resolve(repo, head)
+    harness_ref = gitops.harness_source_ref(repo, base, settings.remote)
+    harness_sha = gitops.resolve(repo, harness_ref)
+    patterns = gitops.read_manifest(repo, harness_sha, settings.harness_manifest)
+    entries = gitops.harness_entries(repo, harness_sha, patterns)
+    return _Pinned(repo, base_sha, head_sha, harness_ref, harness_sha, patterns, gitops.tree_digest(entries))
+
+
+def _overlay(pinned: _Pinned, worktree: Path) -> None:
+    digest = gitops.overlay_harness(pinned.repo, worktree, pinned.harness_sha, pinned.patterns)
+    if digest != pinned.harness_digest:  # belt and braces: the pin must name one ruler
+        raise EvalbotError(f"harness pin failed: {worktree.name} has harness digest {digest[:12]}, expected {pinned.harness_digest[:12]}")
+
+
+def _first_failure(records: list[RunRecord]) -> RunRecord | None:
+    return next((r for r in records if not r.ok), None)
+
+
+def _run_summaries(records: list[RunRecord]) -> list[RunSummary]:
+    return [
+        RunSummary(round=r.round, ref=r.ref, program=r.program, nonce=r.nonce, wall_s=round(r.wall_s, 6),
+                   returncode=r.returncode, timed_out=r.timed_out, failure=r.failure)
+        for r in records
+    ]
+
+
+def _finish(
+    outcome: ScoreOutcome, settings: Settings, state_dir: Path, key: Ed25519PrivateKey | None
+) -> ScoreOutcome:
+    outcome.finished_at = utc_now()
+    statement = receipt.build_statement(outcome, settings.model_dump(mode="json", exclude={"signing_key"}))
+    envelope = receipt.make_envelope(statement, key)
+    path = receipt.write_receipt(state_dir, outcome, envelope)
+    outcome.receipt = ReceiptInfo(
+        path=str(path), signed=key is not None, keyid=receipt.keyid_for(key.public_key()) if key else ""
+    )
+    templates = settings.templates_dir
+    outcome.scorecard = render_scorecard(outcome, templates)
+    outcome.check = check_report(outcome, templates)
+    return outcome
+
+
+def score_refs(
+    repo: Path,
+    base: str,
+    head: str,
+    *,
+    profile: str = "cpu",
+    rounds: int | None = None,
+    settings: Settings | None = None,
+    pr_number: int | None = None,
+    reverifier_factory: ReverifierFactory | None = None,
+    progress: ProgressSink | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> ScoreOutcome:
+    """Score `head` against `base` in `repo` and return everything the run produced."""
+    repo = gitops.repo_root(repo)
+    settings = settings or load_settings(repo)
+    prof = settings.profile(profile)
+    rounds = prof.rounds if rounds is None else rounds
+    if rounds < 1:
+        raise EvalbotError("--rounds must be at least 1")
+    key = load_signing_key(settings)  # a broken key fails now, not after an hour of measuring
+    state_dir = state_dir_for(repo)
+    pinned = _pin(repo, base, head, settings)
+    box = settings.box_name()
+    outcome_fields = dict(
+        repo=str(repo), base_ref=base, head_ref=head, base_sha=pinned.base_sha, head_sha=pinned.head_sha,
+        harness_ref=pinned.harness_ref, harness_sha=pinned.harness_sha, harness_digest=pinned.harness_digest,
+        profile=profile, rounds=rounds, reps=prof.reps, box=box, pr_number=pr_number, started_at=utc_now(),
+    )
+
+    changed = gitops.harness_changes(repo, pinned.base_sha, pinned.head_sha, pinned.patterns)
+    if changed:
+        outcome = ScoreOutcome(verdict=not_evaluated_harness_changed(changed), **outcome_fields)
+        return _finish(outcome, settings, state_dir, key)
+
+    noise = load_noise_floor(state_dir, box, profile, settings.stats.default_noise_floor)
+    records, measurements, verdict = _measure(
+        pinned, settings, profile, rounds, noise, reverifier_factory, progress, environ
+    )
+    outcome = ScoreOutcome(verdict=verdict, measurements=measurements, runs=_run_summaries(records), **outcome_fields)
+    return _finish(outcome, settings, state_dir, key)
+
+
+def _measure(
+    pinned: _Pinned,
+    settings: Settings,
+    profile: str,
+    rounds: int,
+    noise: NoiseFloor,
+    reverifier_factory: ReverifierFactory | None,
+    progress: ProgressSink | None,
+    environ: Mapping[str, str] | None,
+) -> tuple[list[RunRecord], Measurements | None, Verdict]:
+    prof = settings.profile(profile)
+    with gitops.scratch_dir("evalbot-run-") as scratch:
+        with gitops.worktree(pinned.repo, pinned.base_sha, scratch, "main") as wt_base, \
+                gitops.worktree(pinned.repo, pinned.head_sha, scratch, "pr") as wt_head:
+            _overlay(pinned, wt_base)
+            _overlay(pinned, wt_head)
+            (scratch / "io").mkdir()
+            runner = HarnessRunner(settings, profile, {"base": wt_base, "head": wt_head}, scratch / "io", environ)
+            records = runner.run_all(rounds, progress)
+            failed = _first_failure(records)
+            if failed is not None:
+                verdict = infrastructure_error(failed.label, failed.failure or "failed", failed.stderr_tail)
+                return records, None, verdict
+            integrity = check_all(records, prof.reps, profile, settings.integrity, noise.tau_check_wall)
+            reverifier = reverifier_factory(wt_base, profile) if reverifier_factory else None
+            head_lines = [line for r in records if r.ref == "head" and r.program == "tau_check" for line in r.tau_lines()]
+            reverified = reverify_streams(reverifier, head_lines, profile)
+    measurements = summarize(
+        records, profile=profile, rounds=rounds, requested_reps=prof.reps, noise=noise,
+        integrity=integrity, reverify=reverified,
+    )
+    return records, measurements, decide(measurements, settings)
+
+
+# ---------------------------------------------------------------------------------------------
+# Calibration (A/A)
+
+
+def noise_from_aa(records: list[RunRecord], *, box: str, profile: str, rounds: int, base_sha: str,
+                  margin: float) -> NoiseFloor:
+    """Largest |ratio - 1| per metric over A/A rounds (times `margin`): pure."""
+    by = {(r.round, r.ref, r.program): r for r in records}
+    dspark, ar, gdec, gpre, wall = [], [], [], [], []
+    for rnd in range(rounds):
+        a, b = by.get((rnd, "base", "tau_check")), by.get((rnd, "head", "tau_check"))
+        if a and b:
+            la = {x.context_key: x for x in a.tau_lines()}
+            lb = {x.context_key: x for x in b.tau_lines()}
+            for k in la.keys() & lb.keys():
+                dspark += paired_ratios([lb[k].dspark_tps], [la[k].dspark_tps])
+                ar += paired_ratios([lb[k].ar_tps], [la[k].ar_tps])
+            wall += paired_ratios([b.wall_s], [a.wall_s])
+        ga, gb = by.get((rnd, "base", "guard")), by.get((rnd, "head", "guard"))
+        if ga and gb:
+            la_g = {x.guard: x for x in ga.guard_lines()}
+            lb_g = {x.guard: x for x in gb.guard_lines()}
+            for k in la_g.keys() & lb_g.keys():
+                gdec += paired_ratios([lb_g[k].decode_tps], [la_g[k].decode_tps])
+                gpre += paired_ratios([lb_g[k].prefill_tps], [la_g[k].prefill_tps])
+    if not (dspark and ar and gdec and gpre and wall):
+        raise EvalbotError("calibration produced no paired measurements")
+    return NoiseFloor(
+        box=box, profile=profile, calibrated=True, rounds=rounds, base_sha=base_sha, measured_at=utc_now(),
+        dspark_decode=margin * max_abs_deviation(dspark), ar_decode=margin * max_abs_deviation(ar),
+        guard_decode=margin * max_abs_deviation(gdec), guard_prefill=margin * max_abs_deviation(gpre),
+        tau_check_wall=margin * max_abs_deviation(wall),
+    )
+
+
+def calibrate(
+    repo: Path,
+    base: str = "main",
+    *,
+    profile: str = "cpu",
+    rounds: int | None = None,
+    settings: Settings | None = None,
+    progress: ProgressSink | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> tuple[NoiseFloor, Path]:
+    """Run `base` against itself (A/A) and store the box's noise floor for `profile`."""
+    repo = gitops.repo_root(repo)
+    settings = settings or load_settings(repo)
+    prof = settings.profile(profile)
+    rounds = max(prof.rounds, 2) if rounds is None else rounds
+    if rounds < 1:
+        raise EvalbotError("--rounds must be at least 1")
+    pinned = _pin(repo, base, base, settings)
+    with gitops.scratch_dir("evalbot-aa-") as scratch:
+        with gitops.worktree(repo, pinned.base_sha, scratch, "a") as wt_a, \
+                gitops.worktree(repo, pinned.base_sha, scratch, "b") as wt_b:
+            _overlay(pinned, wt_a)
+            _overlay(pinned, wt_b)
+            (scratch / "io").mkdir()
+            runner = HarnessRunner(settings, profile, {"base": wt_a, "head": wt_b}, scratch / "io", environ)
+            records = runner.run_all(rounds, progress)
+    failed = _first_failure(records)
+    if failed is not None:
+        raise EvalbotError(f"calibration run failed in {failed.label}: {failed.failure}")
+    # wall_noise=1.0 switches the wall-clock cross-check off: A/A claims no saving to cross-check.
+    integrity = check_all(records, prof.reps, profile, settings.integrity, wall_noise=1.0)
+    if integrity.findings:
+        raise EvalbotError(f"calibration runs failed the bot's checks: {integrity.findings[0].message}")
+    floor = noise_from_aa(
+        records, box=settings.box_name(), profile=profile, rounds=rounds, base_sha=pinned.base_sha,
+        margin=settings.stats.noise_margin,
+    )
+    return floor, store_noise_floor(state_dir_for(repo), floor)
+
+
+# ---------------------------------------------------------------------------------------------
+# Publishing
+
+
+@dataclass
+class PublishResult:
+    published: bool
+    reason: str = ""
+    labels: list[str] = field(default_factory=list)
+    comment_id: str = ""
+    check_id: str = ""
+    receipt_ref: str = ""
+
+
+def publish(
+    outcome: ScoreOutcome, forge: Forge, pr_number: int, settings: Settings | None = None, check_id: str | None = None
+) -> PublishResult:
+    """Labels (old tier labels removed first), the one sticky scorecard, the check run, the receipt.
+
+    Nothing is published for a head the PR no longer points at: a stale verdict must not label
+    (or later merge) newer code.
+    """
+    settings = settings or Settings()
+    pull = forge.get_pull(pr_number)
+    if pull.head_sha != outcome.head_sha:
+        return PublishResult(
+            published=False,
+            reason=f"PR #{pr_number} moved to {pull.head_sha[:12]}; the score is for {outcome.head_sha[:12]}",
+        )
+    check = outcome.check or check_report(outcome, settings.templates_dir)
+    forge.replace_labels(pr_number, settings.tiers.label_prefixes, outcome.verdict.labels)
+    comment_id = forge.upsert_sticky_comment(pr_number, SCORECARD_MARKER_PREFIX, outcome.scorecard)
+    if check_id is None:
+        check_id = forge.start_check(outcome.head_sha, CHECK_NAME, check.summary)
+    forge.update_check(check_id, status="completed", title=check.title, summary=check.summary, conclusion=check.conclusion)
+    receipt_ref = ""
+    if outcome.receipt is not None:
+        body = Path(outcome.receipt.path).read_text()
+        receipt_ref = forge.store_receipt(pr_number, outcome.head_sha, body)
+    return PublishResult(
+        published=True, labels=list(outcome.verdict.labels), comment_id=comment_id, check_id=check_id,
+        receipt_ref=receipt_ref,
+    )
