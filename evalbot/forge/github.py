@@ -159,7 +159,7 @@ class GitHubForge:
     ):
         self.client = client
         self.repo_name = repo_full_name
-        self.repo = client.get_repo(repo_full_name, lazy=True)
+        self.repo = client.get_repo(repo_full_name)  # lazy client: no request until needed
         self.retry = retry
         self.receipts_branch = receipts_branch
         self.receipts_dir = receipts_dir
@@ -395,7 +395,7 @@ class GitHubForge:
 def _client(auth: Auth.Auth, base_url: str, throttle: bool) -> Github:
     # PyGithub's own retries are off: _call retries, with back-off that tests can drive without sleeping.
     extra = {} if throttle else {"seconds_between_requests": None, "seconds_between_writes": None}
-    return Github(auth=auth, base_url=base_url, retry=None, timeout=30, **extra)
+    return Github(auth=auth, base_url=base_url, retry=None, timeout=30, lazy=True, **extra)
 
 
 def _message(exc: GithubException) -> str:

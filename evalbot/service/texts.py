@@ -36,7 +36,7 @@ def code_span(value: object, limit: int = 80) -> str:
     return f"`{text}`" if text else "``"
 
 
-def render(name: str, **context) -> str:
+def render(template: str, /, **context) -> str:
     env = _environment(str(templates_dir()))
     env.filters.setdefault("code", code_span)
-    return env.get_template(name).render(**context).strip() + "\n"
+    return env.get_template(template).render(**context).strip() + "\n"

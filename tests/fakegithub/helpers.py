@@ -1,0 +1,112 @@
+"""Shared test helpers: payload fixtures, signed webhook posts, a real redis-server, fake scorers."""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from evalbot.forge.base import SCORECARD_MARKER_PREFIX, TIER_LABEL_PREFIXES
+from evalbot.service.signature import sign
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "github"
+FIXTURE_REPO = "Codertocat/Hello-World"  # the repository of GitHub's example payloads
+FIXTURE_MAIN = "master"
+SECRET = "It's a Secret to Everybody"
+
+
+def payload(name: str) -> dict:
+    """A fresh copy of one of GitHub's example payloads."""
+    return copy.deepcopy(json.loads((FIXTURES / f"{name}.json").read_text()))
+
+
+def comment_payload(body: str, association: str = "OWNER", login: str = "Codertocat", on_pull: bool = True, **kw) -> dict:
+    data = payload("issue_comment.created")
+    data["comment"]["body"] = body
+    data["comment"]["author_association"] = association
+    data["comment"]["user"]["login"] = login
+    data["comment"]["user"]["type"] = kw.get("user_type", "User")
+    data["sender"]["login"] = login
+    data["sender"]["type"] = kw.get("user_type", "User")
+    if on_pull:
+        data["issue"]["pull_request"] = {"html_url": f"https://github.com/{FIXTURE_REPO}/pull/{data['issue']['number']}"}
+    return data
+
+
+def webhook_headers(body: bytes, event: str, delivery: str | None = None, secret: str = SECRET) -> dict:
+    return {
+        "X-GitHub-Event": event,
+        "X-GitHub-Delivery": delivery or str(uuid.uuid4()),
+        "X-Hub-Signature-256": sign(secret, body),
+        "Content-Type": "application/json",
+    }
+
+
+def post_event(client, event: str, data: dict, delivery: str | None = None, secret: str = SECRET):
+    body = json.dumps(data).encode()
+    return client.post("/webhook", content=body, headers=webhook_headers(body, event, delivery, secret))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def redis_url(tmp_path):
+    """A real redis-server on a free loopback port, for this test only."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("redis-server is not installed (apt-get install -y redis-server)")
+    port = free_port()
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                break
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                pytest.fail("redis-server did not start")
+            time.sleep(0.05)
+    yield f"redis://127.0.0.1:{port}/0"
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+@dataclass
+class FakeOutcome:
+    """What a scorer returns, in the shape the worker reads."""
+
+    tier: str
+    conclusion: str
+    scorecard_markdown: str
+    receipt_json: str
+    speedup: float = 0.0
+
+
+def fake_outcome(job, tier: str = "M", speedup: float = 0.08) -> FakeOutcome:
+    rejected = tier == "REJECT"
+    card = f"| DSpark eval | {tier} |\n| head | {job.head_sha[:12]} |\n| main | {job.base_sha[:12]} |"
+    receipt = json.dumps({"pr": job.pr_number, "head": job.head_sha, "main": job.base_sha, "tier": tier}, sort_keys=True)
+    return FakeOutcome(tier, "failure" if rejected else "success", card, receipt, speedup)
+
+
+def basic_publisher(outcome, forge, pr_number: int) -> None:
+    """A stand-in for evalbot.pipeline.publish: labels, sticky card, receipt."""
+    forge.replace_labels(pr_number, TIER_LABEL_PREFIXES, [f"eval-dspark:{outcome.tier}", f"eval:{outcome.tier}"])
+    receipt_ref = forge.store_receipt(pr_number, json.loads(outcome.receipt_json)["head"], outcome.receipt_json)
+    forge.upsert_sticky_comment(pr_number, f"{SCORECARD_MARKER_PREFIX} v1 -->", f"{outcome.scorecard_markdown}\n\nreceipt: {receipt_ref}")

@@ -1,0 +1,210 @@
+"""GitHubForge through PyGithub against the fake GitHub server (real HTTP on loopback)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from evalbot.forge.base import CHECK_NAME, NEEDS_REBASE_LABEL, SCORECARD_MARKER_PREFIX, TIER_LABEL_PREFIXES, Forge
+from evalbot.forge.github import ForgeRefused, ForgeUnavailable, GitHubForge, RetryPolicy
+from fakegithub import APP_LOGIN, FakeGitHub, fake_sha
+
+REPO = "octo/dspark"
+
+
+@pytest.fixture(scope="module")
+def fake():
+    with FakeGitHub() as server:
+        yield server
+
+
+@pytest.fixture
+def gh(fake, tmp_path):
+    fake.faults.clear()
+    fake.add_repo(REPO)
+    fake.add_pull(REPO, 7, title="Fuse the verify step")
+    sleeps: list[float] = []
+    forge = GitHubForge.from_token("app-token", REPO, base_url=fake.base_url, throttle=False, receipts_dir=tmp_path,
+                                   retry=RetryPolicy(attempts=4), sleep=sleeps.append)
+    forge.sleeps = sleeps
+    return forge
+
+
+def test_is_a_forge(gh):
+    assert isinstance(gh, Forge)
+
+
+def test_get_pull_maps_fields(gh, fake):
+    pull = gh.get_pull(7)
+    assert (pull.number, pull.title, pull.state, pull.base_ref, pull.draft, pull.mergeable) == (7, "Fuse the verify step", "open", "main", False, True)
+    assert pull.head_sha == fake.repo(REPO).pulls[7].head_sha
+    assert pull.author_association == "CONTRIBUTOR"
+
+
+def test_list_open_pulls_skips_closed_and_pages(gh, fake):
+    for n in range(8, 40):
+        fake.add_pull(REPO, n)
+    fake.repo(REPO).pulls[9].state = "closed"
+    before = fake.count("GET", r"/pulls/\d+$")
+    numbers = [p.number for p in gh.list_open_pulls()]
+    assert 9 not in numbers and numbers[:2] == [7, 8] and len(numbers) == 32  # 2 pages of 30
+    assert fake.count("GET", r"/pulls/\d+$") == before  # no per-PR fetch
+
+
+def test_replace_labels_swaps_the_tier_pair_and_keeps_others(gh, fake):
+    fake.repo(REPO).issue_labels[7] = ["eval-dspark:S", "eval:S", "bug", "dspark-needs-rebase"]
+    gh.replace_labels(7, TIER_LABEL_PREFIXES, ["eval-dspark:L", "eval:L"])
+    assert sorted(fake.labels_on(REPO, 7)) == sorted(["bug", "dspark-needs-rebase", "eval-dspark:L", "eval:L"])
+    created = fake.repo(REPO).labels
+    assert created["eval-dspark:L"]["color"] == "0e8a16" and "tier L" in created["eval-dspark:L"]["description"]
+
+
+def test_replace_labels_is_idempotent(gh, fake):
+    gh.replace_labels(7, TIER_LABEL_PREFIXES, ["eval-dspark:XS", "eval:XS"])
+    writes = fake.count("POST", r"/labels$") + fake.count("DELETE", r"/labels/")
+    gh.replace_labels(7, TIER_LABEL_PREFIXES, ["eval-dspark:XS", "eval:XS"])
+    assert fake.count("POST", r"/labels$") + fake.count("DELETE", r"/labels/") == writes
+    assert sorted(fake.labels_on(REPO, 7)) == ["eval-dspark:XS", "eval:XS"]
+
+
+def test_add_and_remove_label(gh, fake):
+    gh.add_label(7, NEEDS_REBASE_LABEL)
+    assert NEEDS_REBASE_LABEL in fake.labels_on(REPO, 7)
+    assert fake.repo(REPO).labels[NEEDS_REBASE_LABEL]["color"] == "fbca04"
+    gh.remove_label(7, NEEDS_REBASE_LABEL)
+    gh.remove_label(7, NEEDS_REBASE_LABEL)  # absent: no error
+    assert NEEDS_REBASE_LABEL not in fake.labels_on(REPO, 7)
+
+
+def test_sticky_comment_is_edited_in_place(gh, fake):
+    first = gh.upsert_sticky_comment(7, f"{SCORECARD_MARKER_PREFIX} v1 sha=aaa -->", f"card one\n{SCORECARD_MARKER_PREFIX} v1 sha=aaa -->")
+    gh.comment(7, "an unrelated comment")
+    second = gh.upsert_sticky_comment(7, f"{SCORECARD_MARKER_PREFIX} v1 sha=bbb -->", "card two")
+    assert first == second
+    bodies = [c["body"] for c in fake.comments_on(REPO, 7)]
+    assert len(bodies) == 2 and bodies[0].startswith("card two") and f"{SCORECARD_MARKER_PREFIX} v1 sha=bbb -->" in bodies[0]
+
+
+def test_sticky_comment_ignores_a_marker_posted_by_someone_else(fake, tmp_path):
+    fake.add_repo(REPO)
+    fake.add_pull(REPO, 7)
+    impostor = GitHubForge.from_token("pat-token", REPO, base_url=fake.base_url, throttle=False, receipts_branch="")
+    impostor.comment(7, f"ha {SCORECARD_MARKER_PREFIX} -->")
+    bot = GitHubForge.from_token("app-token", REPO, base_url=fake.base_url, throttle=False, bot_login=APP_LOGIN, receipts_branch="")
+    bot.upsert_sticky_comment(7, f"{SCORECARD_MARKER_PREFIX} -->", "real card")
+    comments = fake.comments_on(REPO, 7)
+    assert [c["user"] for c in comments] == ["someone", APP_LOGIN] and comments[0]["body"].startswith("ha")
+
+
+def test_sticky_comment_not_ours_to_edit_gets_a_new_one(fake):
+    fake.add_repo(REPO)
+    fake.add_pull(REPO, 7)
+    GitHubForge.from_token("pat-token", REPO, base_url=fake.base_url, throttle=False).comment(7, f"x {SCORECARD_MARKER_PREFIX} -->")
+    bot = GitHubForge.from_token("app-token", REPO, base_url=fake.base_url, throttle=False)  # no bot_login: finds the impostor
+    bot.upsert_sticky_comment(7, f"{SCORECARD_MARKER_PREFIX} -->", "card")
+    assert [c["user"] for c in fake.comments_on(REPO, 7)] == ["someone", APP_LOGIN]
+
+
+def test_check_run_lifecycle(gh, fake):
+    head = fake.repo(REPO).pulls[7].head_sha
+    check_id = gh.start_check(head, CHECK_NAME, "queued for scoring")
+    gh.update_check(check_id, status="in_progress", title="scoring", summary="step 1")
+    gh.update_check(check_id, status="completed", title="tier L", summary="| card |", conclusion="success", text="details")
+    (run,) = fake.check_runs_for(REPO, head)
+    assert run["name"] == CHECK_NAME and run["history"] == ["queued", "in_progress", "completed"]
+    assert run["conclusion"] == "success" and run["output"]["summary"] == "| card |" and run["output"]["text"] == "details"
+
+
+def test_check_summary_is_clipped_to_githubs_limit(gh, fake):
+    head = fake.repo(REPO).pulls[7].head_sha
+    check_id = gh.start_check(head, CHECK_NAME, "x")
+    gh.update_check(check_id, status="completed", title="t", summary="y" * 70000, conclusion="neutral")
+    (run,) = fake.check_runs_for(REPO, head)
+    assert len(run["output"]["summary"]) <= 65535 and run["output"]["summary"].endswith("sticky comment)")
+
+
+def test_personal_token_falls_back_to_commit_statuses(fake):
+    fake.add_repo(REPO)
+    pull = fake.add_pull(REPO, 7)
+    forge = GitHubForge.from_token("pat-token", REPO, base_url=fake.base_url, throttle=False)
+    check_id = forge.start_check(pull.head_sha, CHECK_NAME, "queued")
+    forge.update_check(check_id, status="completed", title="DSpark eval: tier M", summary="card", conclusion="success")
+    states = [(s["context"], s["state"]) for s in fake.repo(REPO).statuses]
+    assert states == [(CHECK_NAME, "pending"), (CHECK_NAME, "success")]
+
+
+def test_merge_passes_the_scored_sha_and_squashes(gh, fake):
+    pull = fake.repo(REPO).pulls[7]
+    result = gh.merge(7, pull.head_sha, "Fuse (#7)", "automerged")
+    assert result.merged and result.sha == fake.repo(REPO).branches["main"]
+    (merge,) = fake.repo(REPO).merges
+    assert merge["method"] == "squash" and merge["sha"] == pull.head_sha
+
+
+def test_merge_of_a_moved_head_is_refused(gh, fake):
+    scored = fake.repo(REPO).pulls[7].head_sha
+    fake.repo(REPO).pulls[7].head_sha = fake_sha("moved")
+    result = gh.merge(7, scored, "t", "m")
+    assert not result.merged and "head moved" in result.message
+    assert fake.repo(REPO).merges == [] and fake.repo(REPO).pulls[7].state == "open"
+
+
+def test_merge_of_an_unmergeable_pull_is_refused(gh, fake):
+    fake.repo(REPO).pulls[7].mergeable = False
+    result = gh.merge(7, fake.repo(REPO).pulls[7].head_sha, "t", "m")
+    assert not result.merged and "not mergeable" in result.message
+
+
+def test_close(gh, fake):
+    gh.close(7)
+    assert fake.repo(REPO).pulls[7].state == "closed"
+
+
+def test_branch_head(gh, fake):
+    assert gh.branch_head_sha("main") == fake.repo(REPO).branches["main"]
+
+
+def test_receipt_goes_to_an_orphan_branch_and_locally(gh, fake, tmp_path):
+    receipt = json.dumps({"verdict": "L", "signature": "abc"})
+    url = gh.store_receipt(7, "a" * 40, receipt)
+    again = gh.store_receipt(7, "a" * 40, receipt)  # same receipt twice: a no-op
+    assert url == again and url.startswith(f"https://github.com/{REPO}/blob/evalbot-receipts/receipts/pr-7/{'a' * 40}-")
+    repo = fake.repo(REPO)
+    path = url.split("/blob/evalbot-receipts/", 1)[1]
+    assert repo.files[("evalbot-receipts", path)] == receipt
+    assert "README.md" in {p for (b, p) in repo.files if b == "evalbot-receipts"}
+    assert (tmp_path / path).read_text() == receipt
+
+
+def test_retries_5xx_then_succeeds(gh, fake):
+    fake.fail("GET", r"/pulls/7$", 502, times=2)
+    assert gh.get_pull(7).number == 7
+    assert len(gh.sleeps) == 2 and gh.sleeps[0] < gh.sleeps[1] + 1
+
+
+def test_secondary_rate_limit_waits_for_retry_after(gh, fake):
+    fake.fail("POST", r"/comments$", 403, times=1, headers={"Retry-After": "7"},
+              message="You have exceeded a secondary rate limit. Please wait a few minutes before you try again.")
+    gh.comment(7, "hello")
+    assert gh.sleeps == [7.0]
+    assert [c["body"] for c in fake.comments_on(REPO, 7)] == ["hello"]
+
+
+def test_gives_up_after_the_last_attempt(gh, fake):
+    fake.fail("GET", r"/pulls/7$", 503, times=10)
+    with pytest.raises(ForgeUnavailable, match="gave up after 4 attempt"):
+        gh.get_pull(7)
+
+
+def test_a_definite_no_is_not_retried(gh, fake):
+    with pytest.raises(ForgeRefused) as err:
+        gh.get_pull(404)
+    assert err.value.status == 404 and gh.sleeps == []
+
+
+def test_bad_token_is_refused_clearly(fake):
+    fake.add_repo(REPO)
+    forge = GitHubForge.from_token("wrong", REPO, base_url=fake.base_url, throttle=False)
+    with pytest.raises(ForgeRefused, match="401"):
+        forge.get_pull(1)
