@@ -1,0 +1,180 @@
+"""Every Triton kernel against its plain-torch reference, on fresh random inputs (run under
+TRITON_INTERPRET=1 on CPU, natively on CUDA). Bounds fit the dtype: float32 is exact to rounding,
+bfloat16 operands lose ~3 significant digits."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.config import RopeScaling
+from engine.rope import rope_tables
+from kernels.decode_attention import AttentionWorkspace, attention_reference, attention_triton, default_split
+from kernels.embedding import embedding_reference, embedding_triton
+from kernels.fused_linear import fused_linear_reference, fused_linear_triton
+from kernels.greedy_commit import greedy_commit_reference, greedy_commit_triton
+from kernels.qkv_rope import qkv_rope_reference, qkv_rope_triton
+from kernels.rmsnorm import rmsnorm_reference, rmsnorm_triton
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+DTYPES = [torch.float32, torch.bfloat16]
+
+
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.double(), b.double()
+    assert torch.isfinite(a).all() and torch.isfinite(b).all()
+    return float((a - b).norm() / b.norm().clamp_min(1e-12))
+
+
+def bound(dtype: torch.dtype) -> float:
+    return 1e-5 if dtype == torch.float32 else 2e-2
+
+
+@pytest.fixture
+def gen():
+    g = torch.Generator().manual_seed(torch.seed() % 2**31)  # fresh inputs every run
+    return g
+
+
+def randn(*shape, g, dtype=torch.float32, scale=1.0):
+    return (torch.randn(*shape, generator=g) * scale).to(DEV, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [64, 100, 576])
+def test_rmsnorm(dtype, n, gen):
+    x = randn(5, n, g=gen, dtype=dtype)
+    w = randn(n, g=gen) + 1.0
+    assert rel_err(rmsnorm_triton(x, w, 1e-5), rmsnorm_reference(x, w, 1e-5)) < bound(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m,k,n", [(1, 64, 32), (7, 96, 72), (16, 576, 200), (3, 130, 33)])
+@pytest.mark.parametrize("variant", ["plain", "norm", "swiglu", "residual", "bias", "norm+residual"])
+def test_fused_linear(dtype, m, k, n, variant, gen):
+    x = randn(m, k, g=gen)
+    w = randn(n, k, g=gen, dtype=dtype, scale=k**-0.5)
+    kw = {}
+    if "norm" in variant:
+        kw["norm_weight"] = randn(k, g=gen) * 0.1 + 1.0
+    if variant == "swiglu":
+        kw["norm_weight"] = randn(k, g=gen) * 0.1 + 1.0
+        kw["up_weight"] = randn(n, k, g=gen, dtype=dtype, scale=k**-0.5)
+    if "residual" in variant:
+        kw["residual"] = randn(m, n, g=gen)
+    if variant == "bias":
+        kw["bias"] = randn(n, g=gen, dtype=dtype)
+    out = torch.full((m, n), float("nan"), device=DEV)  # poisoned: every element must be written
+    got = fused_linear_triton(x, w, out=out, **kw)
+    want = fused_linear_reference(x, w, out_dtype=torch.float32, **kw)
+    assert rel_err(got, want) < bound(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("heads,kv_heads,head_dim,qk_norm,bias", [(4, 2, 32, False, False), (9, 3, 64, False, False), (4, 4, 32, True, False), (6, 2, 128, True, True)])
+def test_qkv_rope(dtype, heads, kv_heads, head_dim, qk_norm, bias, gen):
+    m, d, cap = 5, 48, 37
+    x = randn(m, d, g=gen)
+    nw = randn(d, g=gen) * 0.1 + 1.0
+    rows = (heads + 2 * kv_heads) * head_dim
+    w = randn(rows, d, g=gen, dtype=dtype, scale=d**-0.5)
+    b = randn(rows, g=gen, dtype=dtype, scale=0.1) if bias else None
+    qn = randn(head_dim, g=gen) * 0.1 + 1.0 if qk_norm else None
+    kn = randn(head_dim, g=gen) * 0.1 + 1.0 if qk_norm else None
+    cos, sin = rope_tables(head_dim, 10000.0, RopeScaling(), cap, DEV)
+    pos = torch.randperm(cap, generator=gen)[:m].to(DEV, torch.int32)
+    caches = [randn(kv_heads, cap, head_dim, g=gen, dtype=dtype) for _ in range(2)]
+    kc1, vc1 = caches[0].clone(), caches[1].clone()
+    kc2, vc2 = caches[0].clone(), caches[1].clone()
+    q1 = qkv_rope_reference(x, nw, w, b, qn, kn, cos, sin, pos.long(), kc1, vc1, heads, kv_heads, 1e-6)
+    q2 = qkv_rope_triton(x, nw, w, b, qn, kn, cos, sin, pos, kc2, vc2, heads, kv_heads, 1e-6)
+    assert rel_err(q2, q1) < bound(dtype)
+    assert rel_err(kc2, kc1) < bound(dtype) and rel_err(vc2, vc1) < bound(dtype)
+    untouched = torch.ones(cap, dtype=torch.bool)
+    untouched[pos.long().cpu()] = False
+    assert torch.equal(kc2[:, untouched.to(DEV)], caches[0][:, untouched.to(DEV)])  # only the rows' positions written
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("heads,kv_heads,head_dim", [(9, 3, 64), (8, 8, 32), (16, 2, 16), (4, 1, 64)])
+@pytest.mark.parametrize("cap,split", [(150, 64), (333, 128), (1000, 64)])
+def test_split_attention(dtype, heads, kv_heads, head_dim, cap, split, gen):
+    m = 7
+    q = randn(m, heads, head_dim, g=gen, dtype=dtype)
+    kc = randn(kv_heads, cap, head_dim, g=gen, dtype=dtype)
+    vc = randn(kv_heads, cap, head_dim, g=gen, dtype=dtype)
+    # causal verify rows at the end of a context whose length is not a multiple of the block size
+    base = int(torch.randint(1, cap - m, (1,), generator=gen))
+    start = torch.zeros(m, dtype=torch.int32)
+    end = torch.arange(base + 1, base + 1 + m, dtype=torch.int32)
+    start[3] = base // 2  # a windowed row (the drafter's)
+    start, end = start.to(DEV), end.to(DEV)
+    ws = AttentionWorkspace(8, heads, head_dim, cap, split, DEV)
+    ws.part.fill_(float("nan"))
+    got = attention_triton(q, kc, vc, start, end, ws)
+    want = attention_reference(q, kc, vc, start, end)
+    assert rel_err(got, want) < bound(dtype)
+
+
+def test_default_split_is_power_of_two_in_range():
+    for cap in (256, 4096, 16384, 131072):
+        for kvh in (1, 3, 8):
+            s = default_split(cap, kvh, 132)
+            assert 64 <= s <= 1024 and s & (s - 1) == 0
+
+
+def test_attention_rows_are_batch_invariant(gen):
+    """A row's output is bit-identical alone and beside other rows: what keeps DSpark lossless."""
+    heads, kv_heads, hd, cap = 9, 3, 64, 300
+    q = randn(7, heads, hd, g=gen, dtype=torch.bfloat16)
+    kc = randn(kv_heads, cap, hd, g=gen, dtype=torch.bfloat16)
+    vc = randn(kv_heads, cap, hd, g=gen, dtype=torch.bfloat16)
+    end = torch.arange(200, 207, dtype=torch.int32, device=DEV)
+    start = torch.zeros(7, dtype=torch.int32, device=DEV)
+    ws = AttentionWorkspace(8, heads, hd, cap, 64, DEV)
+    together = attention_triton(q, kc, vc, start, end, ws).clone()
+    for r in range(7):
+        alone = attention_triton(q[r : r + 1], kc, vc, start[r : r + 1], end[r : r + 1], ws)
+        assert torch.equal(alone[0], together[r])
+
+
+def test_fused_linear_rows_are_batch_invariant(gen):
+    x = randn(7, 576, g=gen)
+    w = randn(300, 576, g=gen, dtype=torch.bfloat16, scale=0.05)
+    nw = randn(576, g=gen) * 0.1 + 1
+    together = fused_linear_triton(x, w, norm_weight=nw, out_dtype=torch.float32)
+    for r in range(7):
+        assert torch.equal(fused_linear_triton(x[r : r + 1], w, norm_weight=nw, out_dtype=torch.float32)[0], together[r])
+
+
+@pytest.mark.parametrize("vocab", [1000, 5000, 49152])
+def test_greedy_commit(vocab, gen):
+    m = 5
+    logits = randn(m, vocab, g=gen)
+    t = logits.argmax(-1).tolist()
+    cases = [t[:4], [t[0], t[1], (t[2] + 1) % vocab, t[3]], [(t[0] + 1) % vocab, t[1], t[2], t[3]]]
+    for drafts in cases:
+        results = []
+        for fn in (greedy_commit_reference, greedy_commit_triton):
+            tokens = torch.tensor([11] + drafts + [0, 0, 0], dtype=torch.int64, device=DEV)
+            pos = torch.zeros(8, dtype=torch.int32, device=DEV)
+            kv_end = torch.zeros(8, dtype=torch.int32, device=DEV)
+            out = torch.full((32,), -1, dtype=torch.int64, device=DEV)
+            state = torch.tensor([3, 40, 0, 5], device=DEV)
+            fn(logits, tokens, pos, kv_end, out, state, m)
+            results.append([z.tolist() for z in (tokens, pos, kv_end, out, state)])
+        assert results[0] == results[1]
+        accepted = 0
+        while accepted < 4 and drafts[accepted] == t[accepted]:
+            accepted += 1
+        tokens, pos, kv_end, out, state = results[1]
+        assert out[3 : 3 + accepted + 1] == t[: accepted + 1] and out[3 + accepted + 1] == -1
+        assert state == [3 + accepted + 1, 40 + accepted + 1, accepted, 6]
+        assert pos == list(range(41 + accepted, 49 + accepted)) and kv_end == [p + 1 for p in pos]
+        assert tokens[0] == t[accepted]
+
+
+def test_embedding(gen):
+    table = randn(100, 48, g=gen, dtype=torch.bfloat16)
+    tokens = torch.randint(0, 100, (7,), generator=gen).to(DEV)
+    assert torch.equal(embedding_triton(tokens, table), embedding_reference(tokens, table))
