@@ -1,9 +1,9 @@
 """`evalbot worker`: takes jobs off the queue, scores them one at a time per box, publishes.
 
 The scoring function and the publisher are injected (`scorer(job, progress) -> outcome` and
-`publisher(outcome, forge, pr_number)`), so everything here is tested with a fake scorer; the
-defaults call `evalbot.pipeline`. The outcome is any object with `tier`, `conclusion`, a scorecard
-(`scorecard_markdown`) and a receipt (`receipt_json`); `speedup` ranks PRs of one tier.
+`publisher(outcome, forge, pr_number, check_id)`: labels, sticky scorecard, completed check run,
+receipt), so everything here is tested with a fake scorer; the defaults call `evalbot.pipeline`
+(`score_refs` and `publish`). The worker itself reads only the outcome's tier and speedup.
 
 Life of a score job: claim in the ledger (under the box lock) -> check it is still fresh -> check
 run in progress -> score -> verdict stored in the ledger (`scored`) -> publish -> `done` -> maybe
@@ -53,7 +53,7 @@ log = logging.getLogger("evalbot.worker")
 
 Progress = Callable[[str], None]
 Scorer = Callable[[ScoreJob, Progress], Any]
-Publisher = Callable[[Any, Forge, int], None]
+Publisher = Callable[[Any, Forge, int, "str | None"], Any]  # (outcome, forge, pr_number, check_id)
 
 SECRET_ENV_VARS = ("EVALBOT_GITHUB_TOKEN", "EVALBOT_WEBHOOK_SECRET", "GITHUB_TOKEN", "GH_TOKEN", "EVALBOT_REDIS_URL")
 DELIVERY_MEMORY_SECONDS = 30 * 24 * 3600
@@ -63,30 +63,25 @@ ROUND_DECISION_RETRIES = 5
 # -- the outcome, read defensively -------------------------------------------------------------------
 @dataclass(frozen=True)
 class OutcomeView:
-    """What the worker reads from a scorer's outcome, whatever its class."""
+    """What the worker itself reads from a scorer's outcome: the tier (automerge, closing) and the speedup.
+
+    Understands `evalbot.outcome.ScoreOutcome` (tier and speedup live on its verdict) and any object
+    with `tier` and `speedup` attributes (a fraction, 0.08 = +8%).
+    """
 
     tier: str
-    conclusion: str
-    scorecard_markdown: str
-    receipt_json: str
     speedup: float
 
     @classmethod
     def of(cls, outcome: Any) -> "OutcomeView":
-        def first(*names: str, default: Any = "") -> Any:
-            for name in names:
-                value = outcome.get(name) if isinstance(outcome, dict) else getattr(outcome, name, None)
-                if value is not None:
-                    return value
-            return default
-
-        return cls(
-            tier=str(first("tier", "label")),
-            conclusion=str(first("conclusion", default="neutral")),
-            scorecard_markdown=str(first("scorecard_markdown", "scorecard_md", "scorecard")),
-            receipt_json=str(first("receipt_json", "receipt")),
-            speedup=float(first("speedup", "gain", default=0.0) or 0.0),
-        )
+        verdict = getattr(outcome, "verdict", None)
+        if verdict is not None:
+            speedup = getattr(verdict, "speedup", None)
+            return cls(tier=str(verdict.tier or ""), speedup=float(speedup.pct) / 100 if speedup is not None else 0.0)
+        tier = getattr(outcome, "tier", None)
+        if tier is None:
+            raise TypeError(f"a score outcome needs a tier; {type(outcome).__name__} has none")
+        return cls(tier=str(tier), speedup=float(getattr(outcome, "speedup", 0.0) or 0.0))
 
 
 def publish_backoff(publish_attempts: int, base: float) -> float:
@@ -162,21 +157,53 @@ def load_callable(path: str) -> Callable:
         raise SettingsError(f"{module_name!r} has no {attr!r}") from None
 
 
-def pipeline_scorer(job: ScoreJob, progress: Progress) -> Any:
-    """The real scorer: evalbot.pipeline.score_refs for the job's head against its main SHA."""
-    try:
-        from evalbot import pipeline  # the scoring core; imported late so the queue works without it
-    except ImportError as exc:
-        raise RuntimeError(f"evalbot.pipeline is not available: {exc}") from None
-    return pipeline.score_refs(
-        main_ref=job.base_sha, pr_ref=job.head_sha, pr_number=job.pr_number, repo=job.repo, progress=progress
-    )
+class _ProgressSink:
+    """evalbot.runner.ProgressSink -> our one-line progress callback."""
+
+    def __init__(self, progress: Progress):
+        self.progress, self.total, self.done = progress, 0, 0
+
+    def begin(self, total: int) -> None:
+        self.total = total
+
+    def step(self, label: str) -> None:
+        self.progress(f"{label} ({self.done}/{self.total} runs done)" if self.total else label)
+
+    def advance(self) -> None:
+        self.done += 1
 
 
-def pipeline_publisher(outcome: Any, forge: Forge, pr_number: int) -> None:
+def pipeline_scorer(settings: BotSettings) -> Scorer:
+    """The real scorer: fetch the job's commits into this box's clone, then evalbot.pipeline.score_refs."""
+    from evalbot import pipeline  # the scoring core; imported late so the queue side never needs it
+    from evalbot.config import load_settings
+    from evalbot.jobs.checkout import fetch_job_refs
+
+    checkout = settings.checkout_dir.resolve()
+
+    def score(job: ScoreJob, progress: Progress) -> Any:
+        progress("fetching main and the pull request")
+        fetch_job_refs(checkout, settings.remote, settings.main_branch, job.pr_number, job.head_sha, job.base_sha)
+        core = load_settings(checkout)
+        return pipeline.score_refs(
+            checkout, job.base_sha, job.head_sha, profile=settings.profile or core.default_profile,
+            settings=core, pr_number=job.pr_number, progress=_ProgressSink(progress),
+        )
+
+    return score
+
+
+def pipeline_publisher(settings: BotSettings) -> Publisher:
     from evalbot import pipeline
+    from evalbot.config import load_settings
 
-    pipeline.publish(outcome, forge, pr_number)
+    def publish(outcome: Any, forge: Forge, pr_number: int, check_id: str | None) -> Any:
+        result = pipeline.publish(outcome, forge, pr_number, load_settings(settings.checkout_dir.resolve()), check_id=check_id)
+        if not result.published:
+            log.info("#%d not published: %s", pr_number, result.reason)
+        return result
+
+    return publish
 
 
 # -- the worker --------------------------------------------------------------------------------------
@@ -327,12 +354,7 @@ class Worker:
         view = OutcomeView.of(outcome)
         try:
             forge = self.forge_for(record.repo)
-            self.publisher(outcome, forge, record.pr_number)
-            if record.check_id:
-                forge.update_check(
-                    record.check_id, status="completed", title=render("gh_check_title.txt.j2", tier=view.tier),
-                    summary=view.scorecard_markdown, conclusion=view.conclusion,
-                )
+            self.publisher(outcome, forge, record.pr_number, record.check_id or None)
             if self._main_head(forge) in (None, record.base_sha):
                 forge.remove_label(record.pr_number, NEEDS_REBASE_LABEL)
             if view.tier in self.config.close_on:
@@ -542,8 +564,8 @@ def build_worker(settings: BotSettings, queue: JobQueue | None = None, *, forge_
     worker = Worker(
         queue,
         forge_for or github_forge_factory(settings),
-        scorer or load_callable(settings.scorer),
-        publisher or load_callable(settings.publisher),
+        scorer or load_callable(settings.scorer)(settings),
+        publisher or load_callable(settings.publisher)(settings),
         WorkerConfig.from_settings(settings),
     )
     queue.bind(worker)

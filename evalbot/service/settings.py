@@ -52,6 +52,10 @@ class BotSettings(BaseModel):
     publish_retry_seconds: float = 60.0
     max_attempts: int = 3
     worker_threads: int = 2
+    checkout_dir: Path = Path(".")  # this box's clone of the repository (origin = GitHub)
+    remote: str = "origin"
+    profile: str = ""  # harness profile (cpu|gpu); empty: the evalbot config's default
+    # factories "module:function" taking BotSettings and returning the scorer / the publisher
     scorer: str = "evalbot.worker:pipeline_scorer"
     publisher: str = "evalbot.worker:pipeline_publisher"
 
@@ -109,7 +113,7 @@ def settings_from_env(env: Mapping[str, str] | None = None, **overrides) -> BotS
                 values[name] = float(raw)
             elif name in ("close_on", "command_allowlist"):
                 values[name] = _parse_set(raw)
-            elif name == "state_dir":
+            elif name in ("state_dir", "checkout_dir"):
                 values[name] = Path(raw)
             else:
                 values[name] = raw.strip()
@@ -137,5 +141,7 @@ def _validate(s: BotSettings) -> None:
         raise SettingsError("EVALBOT_MAX_BODY_BYTES must be at least 1024")
     if s.heartbeat_seconds <= 0 or s.stale_after_seconds <= s.heartbeat_seconds:
         raise SettingsError("EVALBOT_STALE_AFTER_SECONDS must exceed EVALBOT_HEARTBEAT_SECONDS (> 0)")
+    if s.profile not in ("", "cpu", "gpu"):
+        raise SettingsError(f"EVALBOT_PROFILE must be cpu or gpu, got {s.profile!r}")
     if s.max_attempts < 1 or s.worker_threads < 1:
         raise SettingsError("EVALBOT_MAX_ATTEMPTS and EVALBOT_WORKER_THREADS must be at least 1")

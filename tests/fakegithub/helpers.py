@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import shutil
 import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from evalbot.forge.base import SCORECARD_MARKER_PREFIX, TIER_LABEL_PREFIXES
+from evalbot.forge.base import CHECK_NAME, SCORECARD_MARKER_PREFIX, TIER_LABEL_PREFIXES
 from evalbot.service.signature import sign
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "github"
@@ -89,12 +91,13 @@ def redis_url(tmp_path):
 
 @dataclass
 class FakeOutcome:
-    """What a scorer returns, in the shape the worker reads."""
+    """What a fake scorer returns: the fields the worker and basic_publisher read."""
 
     tier: str
     conclusion: str
     scorecard_markdown: str
     receipt_json: str
+    head_sha: str
     speedup: float = 0.0
 
 
@@ -102,11 +105,36 @@ def fake_outcome(job, tier: str = "M", speedup: float = 0.08) -> FakeOutcome:
     rejected = tier == "REJECT"
     card = f"| DSpark eval | {tier} |\n| head | {job.head_sha[:12]} |\n| main | {job.base_sha[:12]} |"
     receipt = json.dumps({"pr": job.pr_number, "head": job.head_sha, "main": job.base_sha, "tier": tier}, sort_keys=True)
-    return FakeOutcome(tier, "failure" if rejected else "success", card, receipt, speedup)
+    return FakeOutcome(tier, "failure" if rejected else "success", card, receipt, job.head_sha, speedup)
 
 
-def basic_publisher(outcome, forge, pr_number: int) -> None:
-    """A stand-in for evalbot.pipeline.publish: labels, sticky card, receipt."""
+def basic_publisher(outcome, forge, pr_number: int, check_id: str | None = None) -> None:
+    """A stand-in for evalbot.pipeline.publish: labels, sticky card, completed check run, receipt."""
     forge.replace_labels(pr_number, TIER_LABEL_PREFIXES, [f"eval-dspark:{outcome.tier}", f"eval:{outcome.tier}"])
-    receipt_ref = forge.store_receipt(pr_number, json.loads(outcome.receipt_json)["head"], outcome.receipt_json)
+    receipt_ref = forge.store_receipt(pr_number, outcome.head_sha, outcome.receipt_json)
     forge.upsert_sticky_comment(pr_number, f"{SCORECARD_MARKER_PREFIX} v1 -->", f"{outcome.scorecard_markdown}\n\nreceipt: {receipt_ref}")
+    if check_id is None:
+        check_id = forge.start_check(outcome.head_sha, CHECK_NAME, "scored")
+    forge.update_check(check_id, status="completed", title=f"DSpark eval: {outcome.tier}", summary=outcome.scorecard_markdown,
+                       conclusion=outcome.conclusion)
+
+
+def basic_publisher_factory(settings) -> Callable:
+    return basic_publisher
+
+
+def slow_scorer_factory(settings) -> Callable:
+    """For worker subprocesses: sleeps FAKE_SCORER_SECONDS, leaving marks in FAKE_SCORER_MARKS."""
+    seconds = float(os.environ.get("FAKE_SCORER_SECONDS", "0"))
+    marks = Path(os.environ["FAKE_SCORER_MARKS"])
+    marks.mkdir(parents=True, exist_ok=True)
+
+    def score(job, progress):
+        tag = f"pr{job.pr_number}-{os.getpid()}"
+        (marks / f"{tag}.started").write_text(job.key)
+        progress("pretending to measure")
+        time.sleep(seconds)
+        (marks / f"{tag}.finished").write_text(job.key)
+        return fake_outcome(job, tier="S", speedup=0.04)
+
+    return score

@@ -1,0 +1,400 @@
+"""The worker end to end, in-process: huey on SQLite, the ledger, GitHubForge against the fake GitHub,
+and a fake scorer (the real scoring core is exercised in test_github_e2e.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from evalbot.forge.base import CHECK_NAME, NEEDS_REBASE_LABEL, SCORECARD_MARKER_PREFIX
+from evalbot.forge.github import GitHubForge, RetryPolicy
+from evalbot.jobs.boxlock import BoxLock
+from evalbot.jobs.ledger import DONE, FAILED, QUEUED, RUNNING, SCORED, SUPERSEDED
+from evalbot.jobs.model import MainMoved, Reply, RescoreRequest, ScoreJob, SetAutomerge
+from evalbot.jobs.queue import JobQueue, make_huey, make_ledger
+from evalbot.service.settings import settings_from_env
+from evalbot.worker import SECRET_ENV_VARS, Worker, WorkerConfig, scrub_secrets_from_environment
+from fakegithub import FakeGitHub, fake_sha
+from fakegithub.helpers import basic_publisher, fake_outcome
+
+REPO = "octo/dspark"
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1_000_000.0
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.fixture(scope="module")
+def server():
+    with FakeGitHub() as fake:
+        yield fake
+
+
+class Rig:
+    """One box: a queue, a worker, a fake GitHub repo, and a scorer whose verdicts the test sets."""
+
+    def __init__(self, server, tmp_path, **config):
+        self.gh = server
+        server.faults.clear()
+        self.repo = server.add_repo(REPO)
+        self.clock = Clock()
+        settings = settings_from_env({}, repo=REPO, state_dir=tmp_path / "state")
+        self.queue = JobQueue(make_huey(settings), make_ledger(settings), clock=self.clock)
+        self.ledger = self.queue.ledger
+        self.forge = GitHubForge.from_token("app-token", REPO, base_url=server.base_url, throttle=False,
+                                            retry=RetryPolicy(attempts=2), sleep=lambda s: None, receipts_dir=tmp_path / "receipts")
+        self.tiers: dict[int, tuple[str, float]] = {}
+        self.scored: list[str] = []
+        self.fail_scorer = 0
+        defaults = dict(box_id="box-a", state_dir=tmp_path / "state", busy_retry_seconds=0.05, infra_retry_seconds=0,
+                        progress_min_interval=0, heartbeat_seconds=30)
+        defaults.update(config)
+        self.worker = Worker(self.queue, lambda repo: self.forge, self.score, basic_publisher, WorkerConfig(**defaults), clock=self.clock)
+        self.queue.bind(self.worker)
+
+    def score(self, job, progress):
+        progress("measuring")
+        self.scored.append(job.key)
+        if self.fail_scorer:
+            self.fail_scorer -= 1
+            raise RuntimeError("GPU fell off the bus")
+        tier, speedup = self.tiers.get(job.pr_number, ("M", 0.08))
+        return fake_outcome(job, tier, speedup)
+
+    def pull(self, number, **kw):
+        return self.gh.add_pull(REPO, number, **kw)
+
+    def job(self, number, **kw) -> ScoreJob:
+        pull = self.repo.pulls[number]
+        return ScoreJob(repo=REPO, pr_number=number, head_sha=kw.get("head", pull.head_sha),
+                        base_sha=kw.get("base", self.repo.branches["main"]), reason="opened")
+
+    def run(self, **kw) -> int:
+        return self.queue.drain(**kw)
+
+
+@pytest.fixture
+def rig(server, tmp_path):
+    return Rig(server, tmp_path)
+
+
+def test_a_job_is_scored_and_published(rig):
+    pull = rig.pull(1)
+    job = rig.job(1)
+    assert rig.queue.submit_score(job)
+    rig.run()
+    assert rig.ledger.get(job.key).state == DONE
+    assert sorted(rig.gh.labels_on(REPO, 1)) == ["eval-dspark:M", "eval:M"]
+    (card,) = rig.gh.comments_on(REPO, 1)
+    assert SCORECARD_MARKER_PREFIX in card["body"] and pull.head_sha[:12] in card["body"]
+    (run,) = rig.gh.check_runs_for(REPO, pull.head_sha)
+    assert run["name"] == CHECK_NAME and run["history"][0] == "queued" and "in_progress" in run["history"]
+    assert run["status"] == "completed" and run["conclusion"] == "success"
+    assert any(path.startswith("receipts/pr-1/") for (branch, path) in rig.repo.files if branch == "evalbot-receipts")
+
+
+def test_the_same_job_twice_is_scored_once(rig):
+    rig.pull(1)
+    assert rig.queue.submit_score(rig.job(1))
+    assert not rig.queue.submit_score(rig.job(1))
+    rig.run()
+    assert not rig.queue.submit_score(rig.job(1))  # done: a plain resubmission is a no-op
+    rig.run()
+    assert len(rig.scored) == 1
+
+
+def test_forced_rescore_runs_again_and_edits_the_same_comment(rig):
+    rig.pull(1)
+    rig.queue.submit_score(rig.job(1))
+    rig.run()
+    rig.tiers[1] = ("L", 0.12)
+    assert rig.queue.submit_score(rig.job(1), force=True)
+    rig.run()
+    assert len(rig.scored) == 2 and sorted(rig.gh.labels_on(REPO, 1)) == ["eval-dspark:L", "eval:L"]
+    assert len(rig.gh.comments_on(REPO, 1)) == 1
+
+
+def test_a_moved_head_supersedes_the_job_and_scores_the_new_head(rig):
+    pull = rig.pull(1)
+    old = rig.job(1)
+    rig.queue.submit_score(old)
+    pull.head_sha = fake_sha("new head")
+    rig.run()
+    assert rig.ledger.get(old.key).state == SUPERSEDED
+    assert rig.scored == [rig.job(1).key]
+    (stale_run,) = rig.gh.check_runs_for(REPO, old.head_sha)
+    assert stale_run["conclusion"] == "skipped"
+
+
+def test_a_moved_main_supersedes_the_job(rig):
+    rig.pull(1)
+    old = rig.job(1)
+    rig.queue.submit_score(old)
+    rig.repo.branches["main"] = fake_sha("main moved")
+    rig.run()
+    assert rig.ledger.get(old.key).state == SUPERSEDED and rig.scored == [rig.job(1).key]
+
+
+def test_a_closed_pull_is_not_scored(rig):
+    pull = rig.pull(1)
+    rig.queue.submit_score(rig.job(1))
+    pull.state = "closed"
+    rig.run()
+    assert rig.scored == [] and rig.ledger.get(rig.job(1).key).state == SUPERSEDED
+
+
+def test_scorer_errors_are_retried_then_reported_as_not_a_verdict(rig):
+    pull = rig.pull(1)
+    rig.fail_scorer = 99
+    rig.queue.submit_score(rig.job(1))
+    rig.run()
+    record = rig.ledger.get(rig.job(1).key)
+    assert record.state == FAILED and record.attempts == 3 and len(rig.scored) == 3
+    (run,) = rig.gh.check_runs_for(REPO, pull.head_sha)
+    assert run["conclusion"] == "cancelled" and "not a verdict" in run["output"]["title"]
+    assert rig.gh.labels_on(REPO, 1) == []
+
+
+def test_one_scorer_error_then_success(rig):
+    rig.pull(1)
+    rig.fail_scorer = 1
+    rig.queue.submit_score(rig.job(1))
+    rig.run()
+    assert rig.ledger.get(rig.job(1).key).state == DONE and len(rig.scored) == 2
+
+
+def test_a_failed_publication_keeps_the_verdict_and_the_sweeper_publishes_it(rig):
+    rig.pull(1)
+    rig.gh.fail("GET", r"/issues/1/labels$", 502, times=2)  # both attempts of the first publication
+    rig.queue.submit_score(rig.job(1))
+    rig.run()
+    record = rig.ledger.get(rig.job(1).key)
+    assert record.state == SCORED and record.publish_attempts == 1 and "verdict kept" in record.note
+    assert rig.worker.sweep()["published"] == 0  # too soon: back-off
+    rig.clock.now += 61
+    assert rig.worker.sweep()["published"] == 1
+    assert rig.ledger.get(rig.job(1).key).state == DONE and len(rig.scored) == 1
+    assert sorted(rig.gh.labels_on(REPO, 1)) == ["eval-dspark:M", "eval:M"]
+
+
+def test_job_of_a_dead_worker_on_this_box_runs_again(rig):
+    rig.pull(1)
+    job = rig.job(1)
+    rig.ledger.submit(job, rig.clock())
+    assert rig.ledger.claim(job.key, "box-a/4242/dead", rig.clock())  # claimed, then the process was killed
+    assert rig.queue.recover("box-a", rig.worker.config.box_lock_path, 120) == [job.key]
+    rig.run()
+    assert rig.ledger.get(job.key).state == DONE and rig.scored == [job.key]
+
+
+def test_job_of_a_dead_worker_on_another_box_waits_for_its_heartbeat_to_go_stale(rig):
+    rig.pull(1)
+    job = rig.job(1)
+    rig.ledger.submit(job, rig.clock())
+    rig.ledger.claim(job.key, "box-b/99/x", rig.clock())
+    assert rig.worker.sweep()["requeued"] == 0
+    rig.clock.now += 121
+    assert rig.worker.sweep()["requeued"] == 1
+    rig.run()
+    assert rig.ledger.get(job.key).state == DONE
+
+
+def test_a_busy_box_puts_the_job_back(rig):
+    rig.pull(1)
+    rig.queue.submit_score(rig.job(1))
+    held = BoxLock(rig.worker.config.box_lock_path)
+    assert held.try_acquire()
+    rig.run()
+    assert rig.scored == [] and rig.ledger.get(rig.job(1).key).state == QUEUED
+    held.release()
+    rig.run(include_scheduled_within=3)
+    assert rig.ledger.get(rig.job(1).key).state == DONE
+
+
+def test_heartbeat_lost_means_the_result_is_dropped(rig):
+    rig.pull(1)
+    job = rig.job(1)
+
+    def steal_midway(j, progress):
+        rig.ledger._update(j.key, {}, {"worker_id": "box-z/1/thief"})  # another worker took it over
+        return fake_outcome(j)
+
+    rig.worker.scorer = steal_midway
+    rig.queue.submit_score(job)
+    rig.run()
+    assert rig.ledger.get(job.key).state == RUNNING and rig.gh.labels_on(REPO, 1) == []
+
+
+def test_main_moved_marks_scored_pulls_and_requeues_them(rig):
+    rig.pull(1)
+    rig.pull(2, draft=True)
+    rig.pull(3)
+    rig.queue.submit_score(rig.job(1))
+    rig.run()
+    new_main = fake_sha("pushed")
+    rig.repo.branches["main"] = new_main
+    rig.queue.submit_chore(MainMoved(repo=REPO, main_sha=new_main))
+    rig.run()
+    assert NEEDS_REBASE_LABEL not in rig.gh.labels_on(REPO, 1)  # re-scored against the new main: fresh again
+    assert {k.split("..")[1] for k in rig.scored[1:]} == {new_main} and len(rig.scored) == 3  # #1 again, #3; not the draft
+
+
+def test_main_moved_labels_needs_rebase_while_the_new_score_waits(rig):
+    rig.pull(1)
+    rig.queue.submit_score(rig.job(1))
+    rig.run()
+    rig.worker.scorer = lambda job, progress: (_ for _ in ()).throw(RuntimeError("box down"))
+    rig.worker.config.max_attempts = 1
+    new_main = fake_sha("pushed again")
+    rig.repo.branches["main"] = new_main
+    rig.queue.submit_chore(MainMoved(repo=REPO, main_sha=new_main))
+    rig.run()
+    assert NEEDS_REBASE_LABEL in rig.gh.labels_on(REPO, 1)
+
+
+def test_rescore_command_queues_a_forced_job(rig):
+    rig.pull(1)
+    rig.queue.submit_score(rig.job(1))
+    rig.run()
+    rig.queue.submit_chore(RescoreRequest(repo=REPO, pr_number=1, requested_by="maintainer"))
+    rig.run()
+    assert len(rig.scored) == 2
+
+
+def test_rescore_of_a_closed_pull_is_answered(rig):
+    rig.pull(1, state="closed")
+    rig.queue.submit_chore(RescoreRequest(repo=REPO, pr_number=1, requested_by="maintainer"))
+    rig.run()
+    (reply,) = rig.gh.comments_on(REPO, 1)
+    assert reply["body"].startswith("@maintainer, I did not queue a new score: the pull request is closed")
+
+
+def test_automerge_toggle_is_persisted_and_acknowledged(rig):
+    rig.pull(1)
+    assert not rig.worker.automerge_enabled(REPO)
+    rig.queue.submit_chore(SetAutomerge(repo=REPO, pr_number=1, enabled=True, requested_by="owner"))
+    rig.run()
+    assert rig.worker.automerge_enabled(REPO)
+    assert "Automerge is now **on** (set by @owner)" in rig.gh.comments_on(REPO, 1)[0]["body"]
+
+
+def test_replies_are_rendered_from_templates(rig):
+    rig.pull(1)
+    rig.queue.submit_chore(Reply(repo=REPO, pr_number=1, template="comment_refusal.md.j2", context={"login": "drive-by", "command": "/rescore"}))
+    rig.run()
+    body = rig.gh.comments_on(REPO, 1)[0]["body"]
+    assert body.startswith("Thanks for the suggestion, @drive-by!") and "`/rescore`" in body
+
+
+def _round(rig, tiers):
+    for number, (tier, speedup) in tiers.items():
+        rig.pull(number)
+        rig.tiers[number] = (tier, speedup)
+    rig.ledger.set_flag(f"automerge:{REPO}", "on")
+    for number in tiers:
+        rig.queue.submit_score(rig.job(number))
+    rig.run()
+
+
+def test_automerge_merges_the_best_of_the_round_and_requeues_the_rest(rig):
+    base = rig.repo.branches["main"]
+    _round(rig, {1: ("XS", 0.025), 2: ("L", 0.12), 3: ("REJECT", 0.30), 4: ("L", 0.11)})
+    first, second = rig.repo.merges  # one merge per round: #2 now, #4 in the round against the new main
+    assert first["number"] == 2 and first["method"] == "squash" and first["sha"] != rig.repo.pulls[1].head_sha
+    assert rig.ledger.round_merged(REPO, base) == 2
+    after_first = first["new_main"]
+    for other in (1, 3, 4):  # re-queued against the new main and scored there
+        assert rig.ledger.get(rig.job(other, base=after_first).key).state == DONE
+    assert second["number"] == 4 and rig.ledger.round_merged(REPO, after_first) == 4
+    assert "best pull request of the round" in rig.gh.comments_on(REPO, 2)[-1]["body"]
+    assert "#1, #3, #4" in rig.gh.comments_on(REPO, 2)[-1]["body"]
+    for still_open in (1, 3):
+        assert NEEDS_REBASE_LABEL in rig.gh.labels_on(REPO, still_open)  # main moved again under them (#4 merged)
+
+
+def test_automerge_waits_for_the_whole_round(rig):
+    rig.pull(1)
+    rig.pull(2)
+    rig.tiers[1] = ("XL", 0.3)
+    rig.tiers[2] = ("none", 0.0)
+    rig.ledger.set_flag(f"automerge:{REPO}", "on")
+    rig.queue.submit_score(rig.job(1))
+    rig.ledger.submit(rig.job(2), rig.clock())  # #2 is still queued (no message yet)
+    rig.run()
+    assert rig.repo.merges == []
+    rig.queue.enqueue_key(rig.job(2).key)
+    rig.run()
+    assert [m["number"] for m in rig.repo.merges] == [1]
+
+
+def test_automerge_off_merges_nothing(rig):
+    _round(rig, {1: ("XL", 0.3)})
+    rig.ledger.set_flag(f"automerge:{REPO}", "off")
+    rig.queue.submit_score(rig.job(1), force=True)
+    rig.run()
+    assert len(rig.repo.merges) <= 1  # the first round (on) merged; with it off nothing more happens
+
+
+def test_automerge_never_merges_a_moved_head(rig):
+    rig.pull(1)
+    rig.tiers[1] = ("XL", 0.3)
+    rig.ledger.set_flag(f"automerge:{REPO}", "on")
+    scored_head = rig.repo.pulls[1].head_sha
+
+    def score_then_push(job, progress):
+        outcome = fake_outcome(job, "XL", 0.3)
+        return outcome
+
+    rig.worker.scorer = score_then_push
+    original_publisher = rig.worker.publisher
+
+    def publish_then_author_pushes(outcome, forge, number, check_id):
+        original_publisher(outcome, forge, number, check_id)
+        rig.repo.pulls[1].head_sha = fake_sha("pushed after scoring")
+
+    rig.worker.publisher = publish_then_author_pushes
+    rig.queue.submit_score(rig.job(1))
+    rig.queue.drain(max_tasks=3)
+    assert rig.repo.merges == [] and rig.repo.pulls[1].head_sha != scored_head
+
+
+def test_automerge_below_the_minimum_tier_merges_nothing(rig):
+    _round(rig, {1: ("XS", 0.025), 2: ("none", 0.0)})
+    assert rig.repo.merges == []
+
+
+def test_close_on_reject_when_configured(server, tmp_path):
+    rig = Rig(server, tmp_path, close_on=frozenset({"REJECT"}))
+    rig.pull(1)
+    rig.pull(2)
+    rig.tiers[1] = ("REJECT", 0.0)
+    rig.tiers[2] = ("none", 0.0)
+    rig.queue.submit_score(rig.job(1))
+    rig.queue.submit_score(rig.job(2))
+    rig.run()
+    assert rig.repo.pulls[1].state == "closed" and rig.repo.pulls[2].state == "open"
+    assert "configured to close pull requests scored REJECT" in rig.gh.comments_on(REPO, 1)[-1]["body"]
+
+
+def test_rejects_stay_open_by_default(rig):
+    rig.pull(1)
+    rig.tiers[1] = ("REJECT", 0.0)
+    rig.queue.submit_score(rig.job(1))
+    rig.run()
+    assert rig.repo.pulls[1].state == "open"
+
+
+def test_secrets_are_scrubbed_from_the_environment(monkeypatch):
+    for name in SECRET_ENV_VARS:
+        monkeypatch.setenv(name, "s3cr3t-" + name)
+    scrub_secrets_from_environment()
+    child = subprocess.run([sys.executable, "-c", "import os, json; print(json.dumps(dict(os.environ)))"], capture_output=True, text=True)
+    assert "s3cr3t-" not in child.stdout
+    assert not any(name in os.environ for name in SECRET_ENV_VARS)
