@@ -238,6 +238,7 @@ class WorkerConfig:
             box_id=s.box_id, state_dir=s.state_dir, main_branch=s.main_branch, heartbeat_seconds=s.heartbeat_seconds,
             stale_after_seconds=s.stale_after_seconds, max_attempts=s.max_attempts, automerge_default=s.automerge_default,
             automerge_min_tier=s.automerge_min_tier, close_on=s.close_on, publish_retry_seconds=s.publish_retry_seconds,
+            busy_retry_seconds=s.busy_retry_seconds, infra_retry_seconds=s.infra_retry_seconds,
         )
 
 
@@ -544,9 +545,9 @@ def github_forge_factory(settings: BotSettings) -> Callable[[str], Forge]:
                 common = dict(base_url=settings.github_api_url, receipts_branch=settings.receipts_branch,
                               receipts_dir=settings.receipts_dir, bot_login=settings.bot_login)
                 if settings.github_app_id:
-                    cache[repo] = GitHubForge.from_app(settings.github_app_id, key_text, int(settings.github_installation_id), repo, **common)
+                    cache[repo] = GitHubForge.from_app(settings.github_app_id, key_text, int(settings.github_installation_id), repo, throttle=settings.github_throttle, **common)
                 else:
-                    cache[repo] = GitHubForge.from_token(settings.github_token, repo, **common)
+                    cache[repo] = GitHubForge.from_token(settings.github_token, repo, throttle=settings.github_throttle, **common)
             return cache[repo]
 
     return forge_for

@@ -174,9 +174,10 @@ class GitHubForge:
         return cls(_client(Auth.Token(token), base_url, throttle), repo_full_name, **kwargs)
 
     @classmethod
-    def from_app(cls, app_id: str, private_key: str, installation_id: int, repo_full_name: str, *, base_url: str = "https://api.github.com", **kwargs) -> "GitHubForge":
+    def from_app(cls, app_id: str, private_key: str, installation_id: int, repo_full_name: str, *, base_url: str = "https://api.github.com", throttle: bool = True, **kwargs) -> "GitHubForge":
+        # PyGithub refreshes the installation token (1 hour) by itself.
         auth = Auth.AppAuth(int(app_id), private_key).get_installation_auth(int(installation_id))
-        return cls(_client(auth, base_url, True), repo_full_name, **kwargs)
+        return cls(_client(auth, base_url, throttle), repo_full_name, **kwargs)
 
     # -- the retry edge ---------------------------------------------------------------------------
     def _call(self, what: str, fn: Callable[[], T]) -> T:

@@ -37,6 +37,7 @@ class BotSettings(BaseModel):
     github_app_id: str = ""
     github_app_private_key_path: str = ""
     github_installation_id: str = ""
+    github_throttle: bool = True  # PyGithub's pause between requests and writes (GitHub asks for it)
     bot_login: str = ""  # the bot's own login, e.g. dspark-evalbot[bot]; narrows the sticky-comment search
     state_dir: Path = Path(".evalbot")
     redis_url: str = ""  # set: queue, ledger and dedupe live in Redis (many boxes); unset: SQLite
@@ -50,6 +51,8 @@ class BotSettings(BaseModel):
     stale_after_seconds: float = 120.0
     sweep_seconds: float = 30.0
     publish_retry_seconds: float = 60.0
+    busy_retry_seconds: float = 15.0  # a job that finds its box busy goes back to the queue for this long
+    infra_retry_seconds: float = 60.0  # wait before scoring again after an infrastructure error
     max_attempts: int = 3
     worker_threads: int = 2
     checkout_dir: Path = Path(".")  # this box's clone of the repository (origin = GitHub)

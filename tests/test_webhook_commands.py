@@ -1,0 +1,93 @@
+"""Comment commands: parsing, per-command help, who may use them (pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from evalbot import commands
+from evalbot.commands import Command, CommandError, is_trusted, parse_commands
+from evalbot.service.texts import render
+
+
+@pytest.mark.parametrize(
+    "body,expected",
+    [
+        ("/rescore", [Command("rescore")]),
+        ("  /rescore  ", [Command("rescore")]),
+        ("/RESCORE", [Command("rescore")]),
+        ("/automerge on", [Command("automerge", "on")]),
+        ("/automerge Off", [Command("automerge", "off")]),
+        ("/evalbot help", [Command("evalbot", "help")]),
+        ("LGTM\n/rescore\nthanks", [Command("rescore")]),
+        ("/rescore\n/automerge on", [Command("rescore"), Command("automerge", "on")]),
+        ("/automerge", [CommandError("automerge", "needs an argument")]),
+        ("/automerge sometimes", [CommandError("automerge", "does not understand that argument")]),
+        ("/rescore please", [CommandError("rescore", "takes no argument")]),
+        ("/retest", []),
+        ("/lgtm", []),
+        ("please /rescore", []),
+        ("> /rescore", []),
+        ("```\n/rescore\n```", []),
+        ("~~~\n/automerge on\n~~~\n/rescore", [Command("rescore")]),
+        ("", []),
+        ("/", []),
+        ("/rescore" + "\n/rescore" * 10, [Command("rescore")] * commands.MAX_COMMANDS_PER_COMMENT),
+    ],
+)
+def test_parse(body, expected):
+    assert parse_commands(body) == expected
+
+
+@pytest.mark.parametrize(
+    "association,login,allow,trusted",
+    [
+        ("OWNER", "a", set(), True),
+        ("MEMBER", "a", set(), True),
+        ("COLLABORATOR", "a", set(), True),
+        ("member", "a", set(), True),
+        ("CONTRIBUTOR", "a", set(), False),
+        ("NONE", "a", set(), False),
+        ("FIRST_TIME_CONTRIBUTOR", "a", set(), False),
+        ("NONE", "Alice", {"alice"}, True),
+        ("NONE", "mallory", {"alice"}, False),
+    ],
+)
+def test_who_is_trusted(association, login, allow, trusted):
+    assert is_trusted(association, login, allow) is trusted
+
+
+def test_help_is_open_to_everyone_and_the_rest_is_not():
+    assert commands.may_run("evalbot", "NONE", "x", set())
+    assert not commands.may_run("rescore", "NONE", "x", set())
+    assert not commands.may_run("automerge", "CONTRIBUTOR", "x", set())
+
+
+def test_every_command_has_usage_and_help():
+    for spec in commands.COMMANDS.values():
+        assert spec.usage.startswith("/" + spec.name) and len(spec.help) > 20
+
+
+def test_a_command_cannot_be_registered_twice():
+    with pytest.raises(ValueError):
+        commands.register(commands.COMMANDS["rescore"])
+
+
+def test_help_comment_lists_every_command_in_code_spans():
+    rows = [{"usage": s.usage, "help": s.help} for s in commands.COMMANDS.values()]
+    text = render("comment_help.md.j2", login="octocat", commands=rows)
+    for spec in commands.COMMANDS.values():
+        assert f"| `{spec.usage}` | {spec.help} |" in text
+    assert not any(line.startswith("/") for line in text.splitlines())  # our own help never triggers us
+
+
+def test_untrusted_text_cannot_escape_its_code_span():
+    text = render("comment_refusal.md.j2", login="x", command="`@everyone` <b>hi</b>\n/rescore")
+    assert "``" not in text.replace("`'@everyone' <b>hi</b> /rescore`", "") and "\n/rescore" not in text
+
+
+def test_docs_list_every_command():
+    from pathlib import Path
+
+    deploy = (Path(__file__).resolve().parents[1] / "docs" / "deploy.md").read_text()
+    for spec in commands.COMMANDS.values():
+        assert f"`{spec.usage}`" in deploy and spec.help in deploy
