@@ -21,6 +21,7 @@ import triton
 import triton.language as tl
 
 from kernels.common import UPCAST_DOT, mma
+from kernels.tuning import config_for
 
 LOG2E = 1.4426950408889634
 
@@ -145,7 +146,6 @@ def attention_triton(
     workspace: AttentionWorkspace,
     out: torch.Tensor | None = None,
     scale: float | None = None,
-    block_kv: int = 64,
 ) -> torch.Tensor:
     m, h, d = q.shape
     kvh, cap, _ = k_cache.shape
@@ -154,6 +154,8 @@ def attention_triton(
     if workspace.n_splits * workspace.split < cap:
         raise ValueError("attention workspace is smaller than the cache")
     split = workspace.split
+    cfg = config_for("attn", h, d)
+    block_kv = min(cfg.block_k, split)
     if split % block_kv:
         raise ValueError(f"split {split} must be a multiple of {block_kv}")
     if out is None:
@@ -167,7 +169,7 @@ def attention_triton(
         q, k_cache, v_cache, kv_start, kv_end, workspace.part, workspace.lse,
         m, h, cap, k_cache.stride(0), ns, scale * LOG2E,
         G=g, HD=d, SPLIT=split, BLOCK_R=block_r, BLOCK_KV=block_kv, UPCAST=UPCAST_DOT, IEEE=q.dtype == torch.float32,
-        num_warps=4, num_stages=2,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     _attn_combine_kernel[(m, h)](workspace.part, workspace.lse, out, h, ns, HD=d, BLOCK_S=triton.next_power_of_2(ns), num_warps=4)
     return out

@@ -17,6 +17,7 @@ import triton.language as tl
 from kernels.common import UPCAST_DOT, mma
 
 from kernels.rmsnorm import rmsnorm_reference
+from kernels.tuning import config_for
 
 BLOCK_M = 16  # rows per launch; the step never has more than 8
 
@@ -90,13 +91,6 @@ def _fused_linear_kernel(
     tl.store(out_ptr + rm[:, None] * out_stride + rn[None, :], acc.to(out_ptr.dtype.element_ty), mask=m_mask[:, None] & n_mask[None, :])
 
 
-def default_block_n(n: int) -> int:
-    # Enough programs to spread the weight read over the SMs, few enough to keep each one busy.
-    if n >= 16384:
-        return 128
-    return 32
-
-
 def fused_linear_triton(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -108,8 +102,7 @@ def fused_linear_triton(
     bias: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
     out_dtype: torch.dtype | None = None,
-    block_n: int | None = None,
-    block_k: int = 64,
+    kind: str | None = None,
 ) -> torch.Tensor:
     m, k = x.shape
     n = weight.shape[0]
@@ -119,15 +112,15 @@ def fused_linear_triton(
     if out is None:
         dt = out_dtype or (residual.dtype if residual is not None else x.dtype)
         out = torch.empty((m, n), dtype=dt, device=x.device)
-    bn = block_n or default_block_n(n)
+    cfg = config_for(kind or ("swiglu" if up_weight is not None else "lm_head" if n >= 16384 else "linear"), n, k)
     dummy = weight
-    _fused_linear_kernel[(triton.cdiv(n, bn),)](
+    _fused_linear_kernel[(triton.cdiv(n, cfg.block_n),)](
         x, x.stride(0), norm_weight if norm_weight is not None else dummy, weight,
         up_weight if up_weight is not None else dummy, bias if bias is not None else dummy,
         residual if residual is not None else out, residual.stride(0) if residual is not None else 0,
         out, out.stride(0), m, n, k, eps,
         HAS_NORM=norm_weight is not None, SWIGLU=up_weight is not None, HAS_RES=residual is not None,
         HAS_BIAS=bias is not None, UPCAST=UPCAST_DOT, IEEE=weight.dtype == torch.float32,
-        BLOCK_M=BLOCK_M, BLOCK_N=bn, BLOCK_K=block_k, num_warps=4, num_stages=3,
+        BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return out

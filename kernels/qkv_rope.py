@@ -18,6 +18,7 @@ from kernels.common import UPCAST_DOT, mma
 
 from kernels.fused_linear import BLOCK_M
 from kernels.rmsnorm import rmsnorm_reference
+from kernels.tuning import config_for
 
 
 def qkv_rope_reference(
@@ -151,7 +152,6 @@ def qkv_rope_triton(
     n_kv_heads: int,
     eps: float,
     q_out: torch.Tensor | None = None,
-    block_k: int = 64,
 ) -> torch.Tensor:
     m, k = x.shape
     hd = k_cache.shape[-1]
@@ -160,12 +160,13 @@ def qkv_rope_triton(
     assert k_cache.is_contiguous() and v_cache.is_contiguous() and wqkv.is_contiguous()
     if q_out is None:
         q_out = torch.empty((m, n_heads, hd), dtype=k_cache.dtype, device=x.device)
+    cfg = config_for("qkv", wqkv.shape[0], k)
     _qkv_rope_kernel[(n_heads + 2 * n_kv_heads,)](
         x, x.stride(0), norm_weight, wqkv, bqkv if bqkv is not None else wqkv,
         q_norm if q_norm is not None else norm_weight, k_norm if k_norm is not None else norm_weight,
         cos, sin, positions, q_out, k_cache, v_cache, k_cache.stride(0),
         m, k, eps, n_heads, n_kv_heads,
         HD=hd, HAS_BIAS=bqkv is not None, HAS_QKNORM=q_norm is not None, UPCAST=UPCAST_DOT, IEEE=wqkv.dtype == torch.float32,
-        BLOCK_M=BLOCK_M, BLOCK_K=block_k, num_warps=4, num_stages=3,
+        BLOCK_M=BLOCK_M, BLOCK_K=cfg.block_k, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return q_out
