@@ -59,8 +59,11 @@ def _ref_name(node: dict) -> str | None:
 def _type_of(spec: dict, node: dict, schemas: dict, inline_name: str) -> object:
     name = _ref_name(node)
     if name:
-        _collect(spec, name, _resolve(spec, node), schemas)
-        return {"ref": name, "nullable": bool(_resolve(spec, node).get("nullable"))}
+        target = _resolve(spec, node)
+        if target.get("type", "object") != "object":  # e.g. author-association: a string enum
+            return {"type": target["type"], "nullable": bool(target.get("nullable"))}
+        _collect(spec, name, target, schemas)
+        return {"ref": name, "nullable": bool(target.get("nullable"))}
     for key in ("anyOf", "oneOf", "allOf"):
         if key in node:
             options = [o for o in node[key] if _ref_name(o) or o.get("type")]
