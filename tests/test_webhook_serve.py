@@ -86,3 +86,13 @@ def test_worker_without_credentials_says_what_to_set(tmp_path):
     done = subprocess.run([sys.executable, "-m", "evalbot.worker", "--burst"], env=_env(tmp_path), cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "set EVALBOT_GITHUB_TOKEN" in done.stderr
+
+
+def test_secrets_can_come_from_files(tmp_path):
+    from evalbot.service.settings import SettingsError, settings_from_env
+
+    secret_file = tmp_path / "webhook-secret"
+    secret_file.write_text("from-a-file\n")
+    assert settings_from_env({"EVALBOT_WEBHOOK_SECRET_FILE": str(secret_file)}).webhook_secret == "from-a-file"
+    with pytest.raises(SettingsError, match="EVALBOT_GITHUB_TOKEN_FILE: cannot read"):
+        settings_from_env({"EVALBOT_GITHUB_TOKEN_FILE": str(tmp_path / "missing")})

@@ -18,6 +18,9 @@ from evalbot.automerge import DEFAULT_MIN_TIER, TIER_ORDER
 
 _REPO_NAME = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 _TRUE = {"1", "true", "yes", "on"}
+# Secrets may also come from files (systemd LoadCredential=, Kubernetes secrets): EVALBOT_<NAME>_FILE.
+# A file keeps the secret out of /proc/<pid>/environ, which unsetenv() cannot scrub.
+SECRET_FIELDS = ("webhook_secret", "github_token")
 _FALSE = {"0", "false", "no", "off", ""}
 
 
@@ -124,6 +127,13 @@ def settings_from_env(env: Mapping[str, str] | None = None, **overrides) -> BotS
             if isinstance(exc, SettingsError):
                 raise
             raise SettingsError(f"{var} must be a number, got {raw!r}") from None
+    for name in SECRET_FIELDS:
+        path = env.get(ENV_NAMES[name] + "_FILE")
+        if path and name not in values:
+            try:
+                values[name] = Path(path).read_text().strip()
+            except OSError as exc:
+                raise SettingsError(f"{ENV_NAMES[name]}_FILE: cannot read {path}: {exc.strerror}") from None
     values.update(overrides)
     settings = BotSettings(**values)
     _validate(settings)
