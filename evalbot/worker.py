@@ -386,6 +386,15 @@ class Worker:
         done = [r for r in records if r.state == DONE and r.outcome]
         if not done or not self.ledger.claim_round(repo, base_sha, f"{round_fingerprint(done)}:{attempt}"):
             return "round decided elsewhere"
+        try:
+            return self._decide_claimed_round(repo, base_sha, done, attempt)
+        except Exception as exc:  # GitHub trouble: the round is decided again later, never dropped
+            log.warning("round %s@%s: %s; deciding again later", repo, base_sha[:12], exc)
+            if attempt < ROUND_DECISION_RETRIES:
+                self.queue.submit_chore(DecideRound(repo=repo, base_sha=base_sha, attempt=attempt + 1), delay=60)
+            return f"deferred: {type(exc).__name__}"
+
+    def _decide_claimed_round(self, repo: str, base_sha: str, done: list[JobRecord], attempt: int) -> str:
         forge = self.forge_for(repo)
         main_now = self._main_head(forge)
         if main_now is not None and main_now != base_sha:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import yaml
+import pytest
+
+yaml = pytest.importorskip("yaml", reason="PyYAML is a test dependency (pyyaml in the test extra)")
 
 GITHUB = Path(__file__).resolve().parents[1] / ".github"
 

@@ -25,6 +25,7 @@ QUEUE_NAME = "evalbot"
 SCORE_TASK = "evalbot.score"
 CHORE_TASK = "evalbot.chore"
 CHORE_PRIORITY = 10  # chores (comments, check runs, toggles) overtake waiting score jobs
+CHORE_RETRIES, CHORE_RETRY_DELAY = 5, 60  # a chore that fails (GitHub down) is tried again by huey
 
 
 class QueueHandlers(Protocol):
@@ -55,7 +56,8 @@ class JobQueue:
         self.clock = clock
         self._handlers: QueueHandlers | None = None
         self._score_task = huey.task(name=SCORE_TASK)(self._run_score)
-        self._chore_task = huey.task(name=CHORE_TASK, priority=CHORE_PRIORITY)(self._run_chore)
+        self._chore_task = huey.task(name=CHORE_TASK, priority=CHORE_PRIORITY, retries=CHORE_RETRIES,
+                                     retry_delay=CHORE_RETRY_DELAY)(self._run_chore)
 
     @classmethod
     def from_settings(cls, settings: BotSettings) -> "JobQueue":
