@@ -208,3 +208,55 @@ def test_bad_token_is_refused_clearly(fake):
     forge = GitHubForge.from_token("wrong", REPO, base_url=fake.base_url, throttle=False)
     with pytest.raises(ForgeRefused, match="401"):
         forge.get_pull(1)
+
+
+# -- the pure parts of the adapter ---------------------------------------------------------------------
+from evalbot.forge.github import is_rate_limited, labels_to_change, retry_delay, sticky_search_key  # noqa: E402
+
+POLICY = RetryPolicy(attempts=5, base_delay=1.0, max_delay=60.0, max_wait_for_reset=300.0)
+
+
+@pytest.mark.parametrize(
+    "attempt,status,headers,message,expected",
+    [
+        (0, 502, {}, "", 0.5),
+        (2, 500, {}, "", 2.0),
+        (0, None, None, "connection refused", 0.5),
+        (0, 404, {}, "Not Found", None),
+        (0, 422, {}, "Validation Failed", None),
+        (0, 403, {}, "Resource not accessible by integration", None),
+        (0, 403, {"Retry-After": "30"}, "secondary rate limit", 30.0),
+        (0, 429, {"retry-after": "5"}, "", 5.0),
+        (0, 403, {}, "You have exceeded a secondary rate limit", 60.0),
+        (0, 403, {"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "1100"}, "API rate limit exceeded", 101.0),
+        (0, 403, {"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "99999"}, "API rate limit exceeded", None),
+        (0, 403, {"Retry-After": "3600"}, "secondary rate limit", None),
+        (4, 502, {}, "", None),
+    ],
+)
+def test_retry_delay(attempt, status, headers, message, expected):
+    assert retry_delay(attempt, status, headers, message, POLICY, now=1000.0, jitter=0.0) == expected
+
+
+def test_rate_limit_detection():
+    assert is_rate_limited(429, {}, "") and is_rate_limited(403, {"x-ratelimit-remaining": "0"}, "")
+    assert not is_rate_limited(403, {"x-ratelimit-remaining": "12"}, "Must have admin rights")
+
+
+@pytest.mark.parametrize(
+    "current,new,remove,add",
+    [
+        ([], ["eval-dspark:S", "eval:S"], [], ["eval-dspark:S", "eval:S"]),
+        (["eval-dspark:S", "eval:S", "bug"], ["eval-dspark:L", "eval:L"], ["eval-dspark:S", "eval:S"], ["eval-dspark:L", "eval:L"]),
+        (["eval-dspark:L", "eval:L"], ["eval-dspark:L", "eval:L"], [], []),
+        (["eval-dspark:L", "eval:S", "evaluation"], ["eval-dspark:L", "eval:L"], ["eval:S"], ["eval:L"]),
+        (["eval-dspark:REJECT", "eval:REJECT"], [], ["eval-dspark:REJECT", "eval:REJECT"], []),
+    ],
+)
+def test_labels_to_change(current, new, remove, add):
+    assert labels_to_change(current, ("eval-dspark:", "eval:"), new) == (remove, add)
+
+
+def test_sticky_search_key_ignores_the_changing_part_of_the_scorecard_marker():
+    assert sticky_search_key(f"{SCORECARD_MARKER_PREFIX} v=1 head=abc -->") == SCORECARD_MARKER_PREFIX
+    assert sticky_search_key("<!-- other -->") == "<!-- other -->"

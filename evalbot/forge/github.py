@@ -28,7 +28,6 @@ import requests
 from github import Auth, Github, GithubException, InputGitTreeElement, UnknownObjectException
 
 from evalbot.forge.base import (
-    CHECK_NAME,
     NEEDS_REBASE_LABEL,
     SCORECARD_MARKER_PREFIX,
     MergeResult,
@@ -425,4 +424,4 @@ def _pull_info(pull, *, full: bool) -> PullInfo:
     )
 
 
-__all__ = ["GitHubForge", "ForgeUnavailable", "ForgeRefused", "RetryPolicy", "CHECK_NAME", "labels_to_change", "retry_delay"]
+__all__ = ["GitHubForge", "ForgeUnavailable", "ForgeRefused", "RetryPolicy", "labels_to_change", "retry_delay"]
