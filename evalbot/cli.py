@@ -49,7 +49,8 @@ def _settings(args: argparse.Namespace, repo: Path) -> Settings:
 
 
 def _stdout() -> Console:
-    return Console(soft_wrap=True)
+    # Tables piped to a file or a test get room instead of being squeezed to 80 columns.
+    return Console(width=None if sys.stdout.isatty() else 240)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,84 @@
+"""Settings: defaults, files, environment, and loud errors on typos."""
+
+import json
+
+import pytest
+
+from evalbot.config import HarnessCommands, Settings, load_settings
+from evalbot.errors import ConfigError
+
+
+def test_defaults_match_the_issue():
+    s = Settings()
+    th = s.thresholds
+    assert (th.tau_ratio_min, th.top1_min, th.kl_max, th.ar_ratio_min) == (0.95, 0.9, 0.1, 0.98)
+    assert (th.guard_decode_ratio_min, th.guard_prefill_ratio_min, th.min_lossless_runs) == (0.98, 0.98, 3)
+    assert [(b.name, b.min_pct) for b in s.tiers.bands] == [("XS", 2), ("S", 3.5), ("M", 6), ("L", 10), ("XL", 18)]
+    assert s.profiles["gpu"].rounds == 3
+    assert s.tiers.label_prefixes == ("eval-dspark:", "eval:")
+
+
+def test_toml_file_in_the_repo_state_dir(tmp_path):
+    (tmp_path / ".evalbot").mkdir()
+    (tmp_path / ".evalbot" / "config.toml").write_text(
+        "[thresholds]\nar_ratio_min = 0.97\n[profiles.gpu]\nrounds = 5\n[profiles.gpu.timeouts]\nguard = 60\n"
+    )
+    s = load_settings(tmp_path, environ={})
+    assert s.thresholds.ar_ratio_min == 0.97
+    assert s.profiles["gpu"].rounds == 5 and s.profiles["gpu"].timeouts.guard == 60
+    assert s.profiles["gpu"].timeouts.tau_check == Settings().profiles["gpu"].timeouts.tau_check
+    assert s.profiles["cpu"] == Settings().profiles["cpu"]  # untouched profiles keep their defaults
+
+
+def test_json_file_and_env_overrides(tmp_path):
+    cfg = tmp_path / "bot.json"
+    cfg.write_text(json.dumps({"stats": {"bootstrap_seed": 1}}))
+    env = {
+        "EVALBOT_CONFIG": str(cfg),
+        "EVALBOT__STATS__BOOTSTRAP_RESAMPLES": "500",
+        "EVALBOT__PROFILES__CPU__ROUNDS": "4",
+        "EVALBOT_SIGNING_KEY": "/keys/bot.pem",
+        "EVALBOT_BOX": "h200-a",
+    }
+    s = load_settings(None, environ=env)
+    assert s.stats.bootstrap_seed == 1 and s.stats.bootstrap_resamples == 500
+    assert s.profiles["cpu"].rounds == 4
+    assert str(s.signing_key) == "/keys/bot.pem"
+    assert s.box_name() == "h200-a"
+
+
+@pytest.mark.parametrize(
+    "text, where",
+    [
+        ("[thresholds]\nar_ratio_mn = 0.97\n", "thresholds.ar_ratio_mn"),
+        ("[profiles.gpu]\nrounds = 0\n", "profiles.gpu.rounds"),
+        ("[tiers]\nbands = [{name = 'A', min_pct = 5.0}, {name = 'B', min_pct = 1.0}]\n", "tiers.bands"),
+        ("thresholds = [\n", "does not parse"),
+    ],
+)
+def test_bad_config_is_a_one_line_error(tmp_path, text, where):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(text)
+    with pytest.raises(ConfigError, match=where.replace(".", r"\.")):
+        load_settings(None, cfg, environ={})
+
+
+def test_missing_config_file_is_an_error(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_settings(None, tmp_path / "nope.toml", environ={})
+
+
+def test_unknown_profile_is_an_error():
+    with pytest.raises(ConfigError, match="unknown profile 'tpu'"):
+        Settings().profile("tpu")
+
+
+def test_harness_commands_in_one_place():
+    h = HarnessCommands()
+    argv = h.argv("tau_check", "/py", profile="gpu", nonce="abc", reps="3")
+    assert argv == ["/py", "-m", "harness.tau_check", "--profile", "gpu", "--reps", "3", "--nonce", "abc"]
+    assert h.argv("compare", "/py", main_file="M", pr_file="P", nonce="n")[-4:] == ["M", "P", "--nonce", "n"]
+    with pytest.raises(ValueError, match="unknown placeholder"):
+        HarnessCommands(guard=["-m", "harness.guard", "{nonce}", "{gpu}"])
+    with pytest.raises(ValueError, match="must pass"):
+        HarnessCommands(guard=["-m", "harness.guard"])
