@@ -18,7 +18,7 @@ from engine.graphs import Replayable
 from engine.loader import LoadedModel, load_model
 from engine.model import STEP_ROWS, KVCache, StepIO, Transformer
 from engine.sampling import SamplingParams, sample
-from kernels.greedy_commit import STATE_BASE, STATE_COMMITTED
+from kernels.greedy_commit import STATE_BASE, STATE_COMMITTED, STATE_SIZE
 
 CHECK_EVERY = 16
 CAPACITY_MARGIN = 16  # the padded / draft rows may write up to 15 positions past the last token
@@ -63,7 +63,7 @@ class Session:
         self.cache: KVCache = model.new_cache(capacity)
         self.io = StepIO(model, capacity, capture_layers, split)
         self.out_tokens = torch.zeros(capacity + STEP_ROWS, dtype=torch.int64, device=model.device)
-        self.state = torch.zeros(4, dtype=torch.int64, device=model.device)
+        self.state = torch.zeros(STATE_SIZE, dtype=torch.int64, device=model.device)
         self._steps: dict[tuple[int, bool], Replayable] = {}
         self.extras: dict[str, object] = {}  # e.g. the DSpark drafter's own session
 
@@ -132,8 +132,11 @@ class Engine:
 
     def session(self, prompt_len: int, max_new: int, capture_layers: tuple[int, ...] = ()) -> Session:
         cap = self.capacity_for(prompt_len, max_new)
+        if self.drafter is not None:
+            # AR and DSpark share one session (and so the very same step graphs) when a drafter is attached
+            capture_layers = tuple(self.drafter.config.target_layers)
         s = self._session
-        if s is None or s.capacity != cap or s.capture_layers != capture_layers:
+        if s is None or s.capacity != cap or not set(capture_layers) <= set(s.capture_layers):
             self._session = None  # free the old cache first
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
@@ -203,7 +206,7 @@ class Engine:
             base = len(prompt_ids)
             s.io.set_rows(first.reshape(1), base)
             s.out_tokens[0] = first
-            s.state.copy_(torch.tensor([1, base, 0, 0]))
+            s.state.copy_(torch.tensor([1, base, 0, 0, base]))
             committed, eos_at = 1, None
             eos = self._eos() if stop_at_eos else set()
             while committed < max_new and eos_at is None:

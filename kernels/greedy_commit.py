@@ -6,7 +6,9 @@ accepted (j drafts), and t_0..t_j are committed: the j accepted drafts plus the 
 The kernel appends them to `out_tokens`, and rewrites the step's own inputs for the next step:
 tokens[0] = t_j, positions[i] = base + i, kv_end[i] = base + i + 1 where base = old base + j + 1.
 
-state (int64[4]): [n_committed, base_position, last_accepted_j, steps].
+state (int64[5]): [n_committed, base_position, last_accepted_j, steps, previous_base_position]
+(the last one is the position of row 0 of the step just committed: where the DSpark drafter finds
+the rows whose hidden states it turns into context).
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
-STATE_COMMITTED, STATE_BASE, STATE_ACCEPTED, STATE_STEPS = 0, 1, 2, 3
+STATE_COMMITTED, STATE_BASE, STATE_ACCEPTED, STATE_STEPS, STATE_PREV_BASE = 0, 1, 2, 3, 4
+STATE_SIZE = 5
 
 
 def greedy_commit_reference(
@@ -33,6 +36,7 @@ def greedy_commit_reference(
     rows = positions.shape[0]
     positions.copy_(torch.arange(base, base + rows, dtype=positions.dtype))
     kv_end.copy_(positions + 1)
+    state[STATE_PREV_BASE] = state[STATE_BASE]
     state[STATE_COMMITTED] = n + j + 1
     state[STATE_BASE] = base
     state[STATE_ACCEPTED] = j
@@ -71,7 +75,8 @@ def _greedy_commit_kernel(
         nxt = tl.load(tokens_ptr + i + 1, mask=i + 1 < M, other=-1).to(tl.int64)
         still = still & (i + 1 < M) & (nxt == t)
         accepted = tl.where(still, accepted + 1, accepted)
-    base = tl.load(state_ptr + 1) + accepted + 1
+    old_base = tl.load(state_ptr + 1)
+    base = old_base + accepted + 1
     tl.store(tokens_ptr + 0, last.to(tokens_ptr.dtype.element_ty))
     r = tl.arange(0, BLOCK_ROWS)
     tl.store(positions_ptr + r, (base + r).to(positions_ptr.dtype.element_ty), mask=r < ROWS)
@@ -80,6 +85,7 @@ def _greedy_commit_kernel(
     tl.store(state_ptr + 1, base)
     tl.store(state_ptr + 2, accepted)
     tl.store(state_ptr + 3, tl.load(state_ptr + 3) + 1)
+    tl.store(state_ptr + 4, old_base)
 
 
 def greedy_commit_triton(

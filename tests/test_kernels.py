@@ -160,7 +160,7 @@ def test_greedy_commit(vocab, gen):
             pos = torch.zeros(8, dtype=torch.int32, device=DEV)
             kv_end = torch.zeros(8, dtype=torch.int32, device=DEV)
             out = torch.full((32,), -1, dtype=torch.int64, device=DEV)
-            state = torch.tensor([3, 40, 0, 5], device=DEV)
+            state = torch.tensor([3, 40, 0, 5, 0], device=DEV)
             fn(logits, tokens, pos, kv_end, out, state, m)
             results.append([z.tolist() for z in (tokens, pos, kv_end, out, state)])
         assert results[0] == results[1]
@@ -169,7 +169,7 @@ def test_greedy_commit(vocab, gen):
             accepted += 1
         tokens, pos, kv_end, out, state = results[1]
         assert out[3 : 3 + accepted + 1] == t[: accepted + 1] and out[3 + accepted + 1] == -1
-        assert state == [3 + accepted + 1, 40 + accepted + 1, accepted, 6]
+        assert state == [3 + accepted + 1, 40 + accepted + 1, accepted, 6, 40]
         assert pos == list(range(41 + accepted, 49 + accepted)) and kv_end == [p + 1 for p in pos]
         assert tokens[0] == t[accepted]
 
@@ -178,3 +178,19 @@ def test_embedding(gen):
     table = randn(100, 48, g=gen, dtype=torch.bfloat16)
     tokens = torch.randint(0, 100, (7,), generator=gen).to(DEV)
     assert torch.equal(embedding_triton(tokens, table), embedding_reference(tokens, table))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_markov_draft(dtype, gen):
+    from kernels.markov_draft import markov_draft_reference, markov_draft_triton
+
+    vocab, r, k, p = 500, 64, 8, 6
+    u = randn(vocab, r, g=gen, dtype=dtype)
+    v = randn(vocab, r, g=gen, dtype=dtype)
+    logits = randn(p, vocab, g=gen) * 3
+    vals, ids = torch.topk(logits, k, dim=-1)
+    last = torch.tensor([7], device=DEV)
+    a = markov_draft_reference(ids, vals, last, u, v, torch.zeros(p, dtype=torch.int64, device=DEV))
+    b = markov_draft_triton(ids, vals, last, u, v, torch.zeros(p, dtype=torch.int64, device=DEV))
+    assert torch.equal(a, b)
+    assert all(int(a[i]) in ids[i].tolist() for i in range(p))

@@ -1,0 +1,204 @@
+"""The DSpark drafter at inference: the math of module.py run through the step kernels on static
+buffers, so that both of its passes can be captured as CUDA graphs.
+
+- ctx_update(): turns the target step's captured residual rows (the rows it just committed, and
+  garbage rows that later writes overwrite) into context features, and writes every draft layer's
+  K/V for them at their positions. No extra target forward: the verify pass already computed them.
+- draft(): runs the block [last committed token, MASK x 6] at positions P..P+6 (P = the last
+  committed token's position), writing the 6 drafts straight into the target step's token rows
+  1..6, the confidence of each and the depth the confidence picks.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from engine.dspark.config import DrafterConfig
+from engine.dspark.module import rope_for
+from engine.errors import EngineError
+from engine.model import STEP_ROWS, LayerWeights, Transformer
+from kernels.decode_attention import AttentionWorkspace, default_split
+from kernels.greedy_commit import STATE_PREV_BASE
+from kernels.markov_draft import markov_draft_reference, markov_draft_triton
+
+CANDIDATES = 8  # top-K candidates per position that the Markov pass re-ranks
+WEIGHTS_FILE = "drafter.safetensors"
+CONFIG_FILE = "drafter.json"
+
+
+@dataclass
+class DrafterFiles:
+    config: DrafterConfig
+    weights: dict[str, torch.Tensor]
+    sha256: str
+    path: Path
+
+
+def load_drafter_files(path: str | Path) -> DrafterFiles:
+    import hashlib
+
+    root = Path(path)
+    cfg_path, w_path = root / CONFIG_FILE, root / WEIGHTS_FILE
+    if not cfg_path.is_file() or not w_path.is_file():
+        raise EngineError(f"{root} is not a drafter directory (needs {CONFIG_FILE} and {WEIGHTS_FILE})")
+    try:
+        config = DrafterConfig.from_dict(json.loads(cfg_path.read_text()))
+        weights = load_file(str(w_path))
+    except (ValueError, KeyError, TypeError, OSError) as exc:
+        raise EngineError(f"cannot read the drafter in {root}: {exc}") from exc
+    digest = hashlib.sha256(w_path.read_bytes() + cfg_path.read_bytes()).hexdigest()
+    return DrafterFiles(config, weights, digest, root)
+
+
+def save_drafter_files(path: str | Path, config: DrafterConfig, weights: dict[str, torch.Tensor]) -> None:
+    root = Path(path)
+    root.mkdir(parents=True, exist_ok=True)
+    save_file(weights, str(root / WEIGHTS_FILE))
+    config.save(root / CONFIG_FILE)
+
+
+def check_compatible(config: DrafterConfig, target: Transformer) -> None:
+    tc = target.config
+    if config.dim != tc.dim or config.vocab_size != tc.vocab_size:
+        raise EngineError(f"drafter (dim {config.dim}, vocab {config.vocab_size}) does not fit the target (dim {tc.dim}, vocab {tc.vocab_size})")
+    bad = [layer for layer in config.target_layers if not 0 <= layer < tc.n_layers]
+    if bad:
+        raise EngineError(f"drafter reads target layer {bad[0]}, but the target has {tc.n_layers} layers")
+
+
+class DrafterRuntime:
+    """Static buffers + the two passes for one capacity (one per Session)."""
+
+    def __init__(self, target: Transformer, files: DrafterFiles, capacity: int, step_io, state: torch.Tensor, split: int | None = None):
+        c = self.c = files.config
+        check_compatible(c, target)
+        self.target = target
+        self.ops = target.ops
+        self.step_io = step_io
+        self.state = state
+        dev, dt = target.device, target.dtype
+        w = files.weights
+        cv = lambda t: t.to(device=dev, dtype=dt).contiguous()  # noqa: E731
+        f32 = lambda t: t.to(device=dev, dtype=torch.float32).contiguous()  # noqa: E731
+        self.fc = cv(w["fc"])
+        self.hidden_norm = f32(w["hidden_norm"])
+        self.final_norm = f32(w["final_norm"])
+        self.layers = [
+            LayerWeights(
+                attn_norm=f32(w[f"layers.{i}.attn_norm"]),
+                wqkv=cv(torch.cat([w[f"layers.{i}.wq"], w[f"layers.{i}.wk"], w[f"layers.{i}.wv"]], 0)),
+                bqkv=None, q_norm=None, k_norm=None,
+                wo=cv(w[f"layers.{i}.wo"]), ffn_norm=f32(w[f"layers.{i}.ffn_norm"]),
+                w_gate=cv(w[f"layers.{i}.w_gate"]), w_up=cv(w[f"layers.{i}.w_up"]), w_down=cv(w[f"layers.{i}.w_down"]),
+            )
+            for i in range(c.n_layers)
+        ]
+        # [target embedding; MASK] so the block's embedding is one gather; the MASK id is vocab_size
+        self.table = torch.cat([target.embed, w["mask_emb"].to(device=dev, dtype=dt)[None]], 0).contiguous()
+        self.mask_id = c.vocab_size
+        self.lm_head = target.lm_head
+        a, b = w["markov_a"].to(dev, torch.float32), w["markov_b"].to(dev, torch.float32)
+        self.markov_u = (target.lm_head.float() @ b).to(dt).contiguous()  # [V, r]
+        self.markov_v = (target.embed.float() @ a.t()).to(dt).contiguous()  # [V, r]
+        self.conf_w = f32(w["conf_w"])
+        self.conf_a = f32(w["conf_a"]).reshape(())
+        self.conf_b = f32(w["conf_b"]).reshape(())
+        self.cos, self.sin = rope_for(c, capacity + STEP_ROWS, dev)
+        # the drafter's own KV cache and static inputs
+        shape = (c.n_layers, c.n_kv_heads, capacity, c.head_dim)
+        self.k = torch.zeros(shape, device=dev, dtype=dt)
+        self.v = torch.zeros(shape, device=dev, dtype=dt)
+        if split is None:
+            sms = torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else 8
+            split = default_split(capacity, c.n_kv_heads, sms)
+        self.workspace = AttentionWorkspace(STEP_ROWS, c.n_heads, c.head_dim, capacity, split, dev)
+        self.arange = torch.arange(STEP_ROWS, device=dev, dtype=torch.int32)
+        self.zeros = torch.zeros(STEP_ROWS, device=dev, dtype=torch.int32)
+        self.block_tokens = torch.full((STEP_ROWS,), self.mask_id, dtype=torch.int64, device=dev)
+        self.threshold = torch.tensor(0.3, device=dev)
+        # outputs
+        p = c.proposals
+        self.drafts = torch.zeros(p, dtype=torch.int64, device=dev)
+        self.h = torch.zeros(STEP_ROWS, c.dim, device=dev)
+        self.base_logits = torch.zeros(p, c.vocab_size, device=dev)
+        self.confidence = torch.zeros(p, device=dev)
+        self.depth = torch.zeros((), dtype=torch.int64, device=dev)
+        self.capture_slots = len(c.target_layers)
+
+    @property
+    def rows(self) -> int:
+        # rows of the drafter's own launches: the block on Triton, padded to STEP_ROWS on the torch path
+        return self.c.block_size if self.ops.backend == "triton" else STEP_ROWS
+
+    def ctx_update(self) -> None:
+        ops, c = self.ops, self.c
+        cap = self.step_io.capture  # [slots, STEP_ROWS, D]
+        feats_in = cap.permute(1, 0, 2).reshape(STEP_ROWS, self.capture_slots * c.dim)
+        pos = (self.state[STATE_PREV_BASE].to(torch.int32) + self.arange)
+        feat = ops.rmsnorm(ops.fused_linear(feats_in, self.fc, out_dtype=torch.float32), self.hidden_norm, c.norm_eps)
+        pos_arg = pos if ops.backend == "triton" else pos.long()
+        for i, lw in enumerate(self.layers):
+            ops.qkv_rope(feat, lw.attn_norm, lw.wqkv, None, None, None, self.cos, self.sin, pos_arg,
+                         self.k[i], self.v[i], c.n_heads, c.n_kv_heads, c.norm_eps)
+
+    def draft(self) -> None:
+        ops, c = self.ops, self.c
+        io = self.step_io
+        rows = self.rows
+        last_pos = io.positions[0]
+        self.block_tokens[0] = io.tokens[0]
+        pos = last_pos + self.arange[:rows]
+        # every block row sees the same window (non-causal in the block); fresh contiguous tensors
+        kv_start = torch.clamp(last_pos - c.window, min=0) + self.zeros[:rows]
+        kv_end = last_pos + c.block_size + self.zeros[:rows]
+        x = ops.embedding(self.block_tokens[:rows], self.table)
+        pos_arg = pos if ops.backend == "triton" else pos.long()
+        for i, lw in enumerate(self.layers):
+            q = ops.qkv_rope(x, lw.attn_norm, lw.wqkv, None, None, None, self.cos, self.sin, pos_arg,
+                             self.k[i], self.v[i], c.n_heads, c.n_kv_heads, c.norm_eps)
+            a = ops.attention(q, self.k[i], self.v[i], kv_start, kv_end, self.workspace)
+            x = ops.fused_linear(a, lw.wo, residual=x)
+            hh = ops.fused_linear(x, lw.w_gate, norm_weight=lw.ffn_norm, eps=c.norm_eps, up_weight=lw.w_up, out_dtype=self.target.dtype)
+            x = ops.fused_linear(hh, lw.w_down, residual=x)
+        p = c.proposals
+        h = ops.rmsnorm(x[1 : 1 + p], self.final_norm, c.norm_eps, out_dtype=torch.float32)
+        self.h[:p].copy_(h)
+        base = ops.fused_linear(h, self.lm_head, out_dtype=torch.float32)
+        self.base_logits.copy_(base)
+        vals, ids = torch.topk(base, CANDIDATES, dim=-1)
+        markov = markov_draft_triton if ops.backend == "triton" else markov_draft_reference
+        markov(ids.contiguous(), vals.contiguous(), self.block_tokens[:1], self.markov_u, self.markov_v, self.drafts)
+        top = base.max(-1).values - torch.logsumexp(base, -1)
+        conf = torch.sigmoid(h @ self.conf_w + self.conf_a * top + self.conf_b)
+        self.confidence.copy_(conf)
+        self.depth.copy_((torch.cumprod(conf, 0) >= self.threshold).sum())
+        io.tokens[1 : 1 + p] = self.drafts
+
+    def prefill_context(self, captured: list[torch.Tensor], end: int) -> None:
+        """Context K/V for prompt positions [max(0, end - window), end) from the prefill's captured
+        residuals (each [1, T, D]); plain torch ops over many rows, the same math as ctx_update."""
+        c = self.c
+        start = max(0, end - c.window)
+        caps = torch.cat([t[0, start:end] for t in captured], dim=-1)  # [n, slots*D]
+        feat = _rms(caps.to(self.fc.dtype).float() @ self.fc.float().t(), self.hidden_norm, c.norm_eps)
+        pos = torch.arange(start, end, device=feat.device)
+        cos, sin = self.cos[pos][:, None, :], self.sin[pos][:, None, :]
+        hd, kvh = c.head_dim, c.n_kv_heads
+        for i, lw in enumerate(self.layers):
+            kv = _rms(feat, lw.attn_norm, c.norm_eps).to(lw.wqkv.dtype).float() @ lw.wqkv[c.n_heads * hd :].float().t()
+            k = kv[:, : kvh * hd].float().reshape(-1, kvh, hd)
+            v = kv[:, kvh * hd :].reshape(-1, kvh, hd)
+            half = hd // 2
+            k = torch.cat((k[..., :half] * cos - k[..., half:] * sin, k[..., half:] * cos + k[..., :half] * sin), -1)
+            self.k[i][:, start:end] = k.transpose(0, 1).to(self.k.dtype)
+            self.v[i][:, start:end] = v.transpose(0, 1).to(self.v.dtype)
+
+
+def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    xf = x.float()
+    return xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w

@@ -1,0 +1,294 @@
+"""Train a DSpark drafter by self-distillation.
+
+1. Prompts: windows of real text available offline — CPython's standard library sources (the running
+   interpreter's own Lib/) and prose (--prose-dir, e.g. the Python documentation sources from
+   Debian's python3-doc) — minus the harness's evaluation texts. Never synthetic token ids.
+2. The target continues each prompt greedily (batched); its residual stream at the drafter's capture
+   layers is kept for every position: exactly what the engine hands the drafter at inference.
+3. The drafter learns to predict the target's own continuation, block by block: for an anchor a (the
+   last committed token), [tok_a, MASK x 6] must produce tok_{a+1..a+6}. Cross-entropy with a
+   position decay; BCE for the confidence head (target: the greedy draft at that position is right).
+
+python -m engine.dspark.train --out DIR [--time-budget SECONDS] [--prose-dir DIR] ...
+Writes DIR/drafter.safetensors, DIR/drafter.json and DIR/training.json (the card's numbers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from engine.dspark.config import DrafterConfig
+from engine.dspark.drafter import save_drafter_files
+from engine.dspark.module import DrafterModule, rope_for
+from engine.loader import load_model
+from engine.model import Transformer
+
+# Texts the harness evaluates on (harness/prompts) never enter training.
+EXCLUDED_NAMES = {"argparse.py", "general.rst.txt", "design.rst.txt", "appetite.rst.txt", "floatingpoint.rst.txt"}
+CHAT_TEMPLATES = {
+    "code": "Explain what this code does, then show how to use it:\n\n{text}",
+    "prose": "Summarize the following text and answer its main question:\n\n{text}",
+}
+
+
+def log(msg: str) -> None:
+    print(f"[train {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# -- data -------------------------------------------------------------------------------------
+def corpus_files(code_dir: Path | None, prose_dir: Path | None) -> dict[str, list[Path]]:
+    code_root = code_dir or Path(sysconfig.get_paths()["stdlib"])
+    code = sorted(p for p in code_root.rglob("*.py") if p.name not in EXCLUDED_NAMES and "test" not in p.parts
+                  and "site-packages" not in p.parts and p.stat().st_size > 2000)
+    prose: list[Path] = []
+    if prose_dir:
+        prose = sorted(p for p in prose_dir.rglob("*") if p.is_file() and p.suffix in (".txt", ".rst", ".md")
+                       and p.name not in EXCLUDED_NAMES and p.stat().st_size > 2000)
+    if not code:
+        raise SystemExit(f"error: no Python sources found under {code_root}")
+    return {"code": code, "prose": prose}
+
+
+def tokenized_docs(tokenizer, files: list[Path], min_tokens: int) -> list[list[int]]:
+    docs = []
+    for p in files:
+        try:
+            text = p.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        ids = tokenizer.encode(text)
+        if len(ids) >= min_tokens:
+            docs.append(ids)
+    return docs
+
+
+def make_prompts(tokenizer, docs: dict[str, list[list[int]]], n: int, length: int, chat_fraction: float, rng: random.Random) -> list[list[int]]:
+    kinds = [k for k, v in docs.items() if v]
+    prompts = []
+    for i in range(n):
+        kind = kinds[i % len(kinds)]
+        doc = rng.choice(docs[kind])
+        if rng.random() < chat_fraction:
+            start = rng.randrange(0, max(1, len(doc) - length))
+            snippet = tokenizer.decode(doc[start : start + length // 2])
+            text = tokenizer.apply_chat_template([{"role": "user", "content": CHAT_TEMPLATES[kind].format(text=snippet)}])
+            ids = tokenizer.encode(text)
+            if len(ids) >= length:
+                ids = ids[-length:]
+            else:  # left-fill with real text of the same kind so the batch shares one length
+                filler = rng.choice(docs[kind])
+                ids = filler[: length - len(ids)] + ids
+                if len(ids) < length:
+                    continue
+            prompts.append(ids)
+        else:
+            start = rng.randrange(0, len(doc) - length + 1)
+            prompts.append(doc[start : start + length])
+    return prompts
+
+
+@torch.inference_mode()
+def generate_with_features(model: Transformer, prompts: list[list[int]], new_tokens: int, layers: tuple[int, ...], batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Greedy continuations (batched) and the residuals at `layers` for every position.
+    Returns tokens [N, L+G] int64 and features [N, L+G-1, n*D] bf16 (the last token is never a context)."""
+    length = len(prompts[0])
+    all_tokens, all_feats = [], []
+    for b0 in range(0, len(prompts), batch):
+        chunk = torch.tensor(prompts[b0 : b0 + batch], device=model.device)
+        b = chunk.shape[0]
+        cache = model.new_cache(length + new_tokens + 1, batch=b)
+        logits, caps = model.forward_full(chunk, cache, 0, layers, logits="last")
+        feats = [torch.cat(caps, -1).to(torch.bfloat16)]
+        toks = [chunk]
+        nxt = logits[:, -1].argmax(-1, keepdim=True)
+        for step in range(new_tokens - 1):
+            toks.append(nxt)
+            logits, caps = model.forward_full(nxt, cache, length + step, layers, logits="last")
+            feats.append(torch.cat(caps, -1).to(torch.bfloat16))
+            nxt = logits[:, -1].argmax(-1, keepdim=True)
+        toks.append(nxt)
+        all_tokens.append(torch.cat(toks, 1))
+        all_feats.append(torch.cat(feats, 1))
+    return torch.cat(all_tokens), torch.cat(all_feats)
+
+
+# -- training ---------------------------------------------------------------------------------
+def position_weights(p: int, decay: float, device) -> torch.Tensor:
+    w = torch.exp(-torch.arange(p, device=device, dtype=torch.float32) / decay)
+    return w / w.sum() * p
+
+
+def sample_anchors(b: int, lo: int, hi: int, a: int, device, gen: torch.Generator) -> torch.Tensor:
+    """a distinct anchors per row in [lo, hi] (inclusive)."""
+    span = hi - lo + 1
+    a = min(a, span)
+    scores = torch.rand(b, span, generator=gen, device="cpu")
+    return (scores.topk(a, dim=1).indices + lo).sort(dim=1).values.to(device)
+
+
+def batch_loss(module: DrafterModule, tokens, feats, anchors, cos, sin, pw, conf_weight: float):
+    logits, base, h = module(feats, tokens, anchors, cos, sin)
+    p = logits.shape[2]
+    idx = anchors[:, :, None] + torch.arange(1, p + 1, device=tokens.device)
+    labels = torch.gather(tokens, 1, idx.reshape(tokens.shape[0], -1)).reshape(idx.shape)
+    ce = F.cross_entropy(logits.float().flatten(0, 2), labels.flatten(), reduction="none").reshape(labels.shape)
+    loss = (ce * pw).mean()
+    with torch.no_grad():
+        correct = (logits.argmax(-1) == labels).float()
+    conf = module.confidence_logit(h.detach(), base.detach())
+    bce = F.binary_cross_entropy_with_logits(conf, correct)
+    # teacher-forced acceptance: leading run of correct positions = drafts a greedy verify keeps
+    run = torch.cumprod(correct, dim=-1).sum(-1)
+    return loss + conf_weight * bce, {"ce": float(ce.detach().mean()), "bce": float(bce.detach()), "acc1": float(correct[..., 0].mean()), "accept": float(run.mean())}
+
+
+def train(args) -> dict:
+    t_begin = time.perf_counter()
+    dev = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    torch.manual_seed(args.seed)
+    rng = random.Random(args.seed)
+    gen = torch.Generator().manual_seed(args.seed)
+    loaded = load_model(args.model)
+    tc = loaded.config
+    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    target = Transformer(tc, loaded.weights, dev, dtype)
+    layers = tuple(int(x) for x in args.target_layers.split(",")) if args.target_layers else (1, tc.n_layers // 2, tc.n_layers - 2)
+    cfg = DrafterConfig(target_layers=layers, dim=tc.dim, n_layers=args.layers, n_heads=tc.n_heads, n_kv_heads=tc.n_kv_heads,
+                        head_dim=tc.head_dim, ffn_dim=args.ffn, window=args.window, markov_rank=args.markov_rank,
+                        norm_eps=tc.norm_eps, rope_theta=tc.rope_theta, vocab_size=tc.vocab_size, target_sha256=loaded.sha256)
+
+    # data
+    files = corpus_files(Path(args.code_dir) if args.code_dir else None, Path(args.prose_dir) if args.prose_dir else None)
+    lengths = [int(x) for x in args.prompt_lens.split(",")]
+    docs = {k: tokenized_docs(loaded.tokenizer, v, max(lengths) + 1) for k, v in files.items()}
+    log(f"corpus: {len(docs['code'])} code docs, {len(docs['prose'])} prose docs; target layers {layers}")
+    seqs = []
+    per_len = args.data_seqs // len(lengths)
+    for length in lengths:
+        prompts = make_prompts(loaded.tokenizer, docs, per_len, length, args.chat_fraction, rng)
+        t0 = time.perf_counter()
+        toks, feats = generate_with_features(target, prompts, args.gen_tokens, layers, args.gen_batch)
+        seqs.append((length, toks, feats))
+        log(f"generated {len(prompts)} x ({length} + {args.gen_tokens}) tokens in {time.perf_counter() - t0:.1f}s")
+    data_s = time.perf_counter() - t_begin
+    # hold out the last sequences of each bucket for evaluation
+    held = max(1, int(per_len * args.eval_fraction))
+    train_sets = [(L, t[:-held], f[:-held]) for L, t, f in seqs]
+    eval_sets = [(L, t[-held:], f[-held:]) for L, t, f in seqs]
+
+    module = DrafterModule(cfg, target.embed.detach(), target.lm_head.detach()).to(dev)
+    params = [p for p in module.parameters() if p.requires_grad]
+    n_params = sum(p.numel() for p in params)
+    opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.95), weight_decay=args.weight_decay)
+    max_len = max(lengths) + args.gen_tokens + cfg.block_size + 1
+    cos, sin = rope_for(cfg, max_len, dev)
+    pw = position_weights(cfg.proposals, args.decay, dev)
+    autocast = torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda")
+    log(f"drafter: {n_params / 1e6:.2f}M parameters; training for {args.time_budget:.0f}s")
+    t_train = time.perf_counter()
+    step, history = 0, []
+    est_steps = None
+    while True:
+        elapsed = time.perf_counter() - t_train
+        if elapsed >= args.time_budget or (args.max_steps and step >= args.max_steps):
+            break
+        if step == 20:
+            est_steps = max(40, int(args.time_budget / (elapsed / 20)))
+        total = est_steps or 10**9
+        lr = args.lr * min(1.0, (step + 1) / args.warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, step / total))))
+        for group in opt.param_groups:
+            group["lr"] = lr
+        L, toks, feats = train_sets[step % len(train_sets)]
+        rows = torch.randint(0, toks.shape[0], (args.batch,), generator=gen).to(toks.device)
+        t_b, f_b = toks[rows], feats[rows]
+        anchors = sample_anchors(args.batch, L - 1, toks.shape[1] - cfg.block_size, args.anchors, dev, gen)
+        with autocast:
+            loss, m = batch_loss(module, t_b, f_b, anchors, cos, sin, pw, args.conf_weight)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        if step % args.log_every == 0:
+            m.update(step=step, lr=lr, loss=float(loss), t=round(time.perf_counter() - t_train, 1))
+            history.append(m)
+            log(json.dumps(m))
+        step += 1
+    train_s = time.perf_counter() - t_train
+
+    # evaluate on held-out continuations: teacher-forced acceptance ~ tau - 1 at full depth
+    module.eval()
+    ev = []
+    with torch.no_grad(), autocast:
+        for L, toks, feats in eval_sets:
+            anchors = sample_anchors(toks.shape[0], L - 1, toks.shape[1] - cfg.block_size, args.anchors, dev, gen)
+            _, m = batch_loss(module, toks, feats, anchors, cos, sin, pw, args.conf_weight)
+            m["prompt_len"] = L
+            ev.append(m)
+    out = Path(args.out)
+    save_drafter_files(out, cfg, module.export())
+    size = (out / "drafter.safetensors").stat().st_size
+    card = {
+        "target": loaded.source_path.name, "target_sha256": loaded.sha256, "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+        "config": cfg.to_dict(), "parameters": n_params, "file_bytes": size,
+        "data": {"code_docs": len(docs["code"]), "prose_docs": len(docs["prose"]), "prompt_lens": lengths, "sequences": args.data_seqs,
+                 "gen_tokens": args.gen_tokens, "chat_fraction": args.chat_fraction, "excluded": sorted(EXCLUDED_NAMES)},
+        "training": {"steps": step, "batch": args.batch, "anchors": args.anchors, "lr": args.lr, "decay": args.decay,
+                     "data_seconds": round(data_s, 1), "train_seconds": round(train_s, 1), "total_seconds": round(time.perf_counter() - t_begin, 1)},
+        "history": history, "eval": ev,
+        "eval_tau_teacher_forced": 1 + sum(e["accept"] for e in ev) / len(ev),
+        "command": " ".join(sys.argv),
+    }
+    (out / "training.json").write_text(json.dumps(card, indent=2) + "\n")
+    log(f"done: {step} steps, eval teacher-forced tau {card['eval_tau_teacher_forced']:.2f}, {size / 1e6:.2f} MB -> {out}")
+    return card
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m engine.dspark.train", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, help="output drafter directory")
+    ap.add_argument("--model", default=None, help="target model (default: the bundled SmolLM2-135M)")
+    ap.add_argument("--device", default=None)
+    ap.add_argument("--code-dir", default=None, help="Python sources (default: this interpreter's standard library)")
+    ap.add_argument("--prose-dir", default=None, help="prose texts (.txt/.rst/.md), e.g. /usr/share/doc/python3.11/html/_sources")
+    ap.add_argument("--target-layers", default=None, help="comma-separated target layers to condition on (default: 1, n/2, n-2)")
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--ffn", type=int, default=576)
+    ap.add_argument("--window", type=int, default=1024)
+    ap.add_argument("--markov-rank", type=int, default=64)
+    ap.add_argument("--prompt-lens", default="256,512,1024")
+    ap.add_argument("--gen-tokens", type=int, default=160)
+    ap.add_argument("--data-seqs", type=int, default=6144)
+    ap.add_argument("--gen-batch", type=int, default=256)
+    ap.add_argument("--chat-fraction", type=float, default=0.1)
+    ap.add_argument("--eval-fraction", type=float, default=0.03)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--anchors", type=int, default=32)
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--weight-decay", type=float, default=0.01)
+    ap.add_argument("--warmup", type=int, default=100)
+    ap.add_argument("--decay", type=float, default=4.0, help="position weight exp(-i/decay)")
+    ap.add_argument("--conf-weight", type=float, default=0.2)
+    ap.add_argument("--time-budget", type=float, default=300.0, help="seconds of optimisation (data generation not included)")
+    ap.add_argument("--max-steps", type=int, default=0)
+    ap.add_argument("--log-every", type=int, default=100)
+    ap.add_argument("--seed", type=int, default=0)
+    return ap
+
+
+def main(argv=None) -> int:
+    train(build_parser().parse_args(argv))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

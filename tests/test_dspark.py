@@ -1,0 +1,195 @@
+"""DSpark on the bundled model (CPU): lossless against AR token for token with the shipped drafter, a
+random drafter and a drafter that proposes wrong tokens on purpose; partial accepts; the runtime
+drafter agrees with the training module; rejection sampling preserves the target distribution."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.dspark import BUNDLED_DRAFTER, SpecOptions, attach_drafter, random_drafter, use_drafter
+from engine.dspark.drafter import DrafterRuntime
+from engine.dspark.module import DrafterModule, rope_for
+from engine.dspark.speculate import speculative_accept
+from harness.prompts import load_text
+
+NEW = 24
+
+
+def real_prompts(tokenizer) -> list[tuple[str, list[int]]]:
+    """Six real prompts, code and prose, cut from texts of the repository (not the harness's cut)."""
+    code = tokenizer.encode(load_text("code"))
+    prose = tokenizer.encode(load_text("prose"))
+    out = []
+    for name, ids in (("code", code), ("prose", prose)):
+        for start, length in ((1000, 120), (5000, 200), (9000, 160)):
+            out.append((f"{name}@{start}", ids[start : start + length]))
+    return out
+
+
+@pytest.fixture(scope="module")
+def engine(bundled):
+    from engine.generate import Engine
+
+    return Engine(loaded=bundled, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def ar_streams(engine):
+    return {name: (ids, engine.generate(ids, NEW, stop_at_eos=False).tokens) for name, ids in real_prompts(engine.tokenizer)}
+
+
+def test_shipped_drafter_is_lossless(engine, ar_streams):
+    attach_drafter(engine)
+    for name, (ids, ar) in ar_streams.items():
+        out = engine.generate(ids, NEW, dspark=True, stop_at_eos=False)
+        assert out.tokens == ar, name
+
+
+def test_random_drafter_is_lossless(engine, ar_streams):
+    use_drafter(engine, random_drafter(engine, seed=7), SpecOptions(confidence_threshold=0.0))
+    for name, (ids, ar) in ar_streams.items():
+        out = engine.generate(ids, NEW, dspark=True, stop_at_eos=False)
+        assert out.tokens == ar, name
+        assert out.stats["target_forwards"] >= 1
+
+
+class _Oracle:
+    """Proposes the AR stream itself, corrupted where `wrong(position)` says: every accept length
+    from 0 to 6 occurs, so partial accepts are exercised and their commits checked."""
+
+    def __init__(self, prompt_len: int, stream: list[int], vocab: int):
+        self.prompt_len, self.stream, self.vocab = prompt_len, stream, vocab
+        self.proposals: list[tuple[int, list[int]]] = []
+
+    @staticmethod
+    def wrong(pos: int) -> bool:
+        return pos % 7 in (3, 5) or pos % 11 == 0
+
+    def draft(self, rt: DrafterRuntime) -> None:
+        io = rt.step_io
+        p = int(io.positions[0])  # position of the last committed token = stream index p - prompt_len
+        k = p - self.prompt_len
+        drafts = []
+        for i in range(1, rt.c.proposals + 1):
+            t = self.stream[k + i] if k + i < len(self.stream) else 0
+            drafts.append((t + 1) % self.vocab if self.wrong(p + i) else t)
+        self.proposals.append((p, drafts))
+        io.tokens[1 : 1 + len(drafts)] = torch.tensor(drafts)
+        rt.depth.fill_(len(drafts))
+
+
+def test_wrong_proposals_stay_lossless_and_partial_accepts_commit_right(engine, ar_streams, monkeypatch):
+    for name, (ids, ar) in list(ar_streams.items())[:3]:
+        oracle = _Oracle(len(ids), ar, engine.config.vocab_size)
+        monkeypatch.setattr(DrafterRuntime, "draft", lambda rt, o=oracle: o.draft(rt))
+        use_drafter(engine, random_drafter(engine, seed=1), SpecOptions(confidence_threshold=0.0, idle_min_accept=0.0))
+        engine._session = None  # fresh graphs with the patched drafter
+        out = engine.generate(ids, NEW, dspark=True, stop_at_eos=False)
+        assert out.tokens == ar, name
+        # replay the accept rule on what was proposed: the loop must commit exactly that
+        expected_hist = [0] * 8
+        for p, drafts in oracle.proposals:
+            k = p - len(ids)
+            if k + 1 >= NEW:
+                continue
+            remaining = NEW - (k + 1)
+            d = max(1, min(6, remaining - 1))
+            j = 0
+            while j < d and drafts[j] == ar[k + 1 + j]:
+                j += 1
+            expected_hist[j + 1] += 1
+        assert out.stats["accept_hist"] == expected_hist, name
+        assert sum(1 for n in expected_hist[2:7] if n) >= 3, "several partial accept lengths exercised"
+        monkeypatch.undo()
+        engine._session = None
+
+
+def test_shipped_drafter_tau_on_code(engine):
+    attach_drafter(engine)
+    ids = engine.tokenizer.encode(load_text("code"))[3000:3400]
+    out = engine.generate(ids, 64, dspark=True, stop_at_eos=False)
+    ar = engine.generate(ids, 64, stop_at_eos=False)
+    assert out.tokens == ar.tokens
+    assert out.stats["tau"] >= 1.8, out.stats
+
+
+def test_runtime_drafter_matches_training_module(engine):
+    """The kernels' drafter (inference) computes what the module (training) defines."""
+    files = random_drafter(engine, seed=3)
+    use_drafter(engine, files, SpecOptions(confidence_threshold=0.0))
+    ids = engine.tokenizer.encode(load_text("prose"))[:90]
+    c = files.config
+    s = engine.session(len(ids), 8, capture_layers=c.target_layers)
+    rt = DrafterRuntime(engine.model, files, s.capacity, s.io, s.state)
+    logits, captured, _ = engine.prefill(s, ids)
+    rt.prefill_context(captured, len(ids))
+    last = int(torch.argmax(logits))
+    s.io.set_rows([last], len(ids))
+    rt.draft()
+    module = DrafterModule.from_weights(c, files.weights, engine.model.embed, engine.model.lm_head)
+    caps = torch.cat(captured, -1)
+    tokens = torch.tensor([ids + [last] + [0] * 8])
+    cos, sin = rope_for(c, 256, "cpu")
+    with torch.no_grad():
+        _, base, h = module(caps, tokens, torch.tensor([[len(ids)]]), cos, sin)
+    assert torch.allclose(rt.base_logits, base[0, 0], atol=2e-3, rtol=1e-3)
+    assert torch.allclose(rt.h[: c.proposals], h[0, 0], atol=1e-4)
+
+
+@pytest.mark.parametrize("depth", [1, 3])
+def test_rejection_sampling_preserves_the_target_distribution(depth):
+    """>= 100k draws over a small vocabulary: the emitted tokens follow the target's p exactly."""
+    torch.manual_seed(0)
+    vocab, draws = 6, 120_000
+    gen = torch.Generator().manual_seed(1)
+    p = torch.softmax(torch.randn(depth + 1, vocab) * 1.5, -1)
+    q = torch.softmax(torch.randn(depth, vocab) * 1.5, -1)
+    first = torch.zeros(vocab)
+    second = torch.zeros(vocab)
+    seconds = 0
+    for _ in range(draws):
+        drafts = torch.stack([torch.multinomial(q[i], 1, generator=gen)[0] for i in range(depth)])
+        j, nxt = speculative_accept(p, q, drafts, gen)
+        emitted = drafts[:j].tolist() + [nxt]
+        first[emitted[0]] += 1
+        if len(emitted) > 1:
+            second[emitted[1]] += 1
+            seconds += 1
+    # chi-square against p[0] (5 dof: 99.9% quantile 20.5)
+    expected = p[0] * draws
+    chi2 = float(((first - expected) ** 2 / expected).sum())
+    assert chi2 < 20.5, (chi2, first / draws, p[0])
+    if depth > 1:
+        # given the first draft was accepted, the next token follows p[1] (the test's p does not depend on it)
+        expected2 = p[1] * seconds
+        chi2b = float(((second - expected2) ** 2 / expected2).sum())
+        assert chi2b < 20.5, (chi2b, second / seconds, p[1])
+
+
+def test_speculative_accept_edge_cases():
+    gen = torch.Generator().manual_seed(0)
+    p = torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
+    q = torch.tensor([[1.0, 0.0, 0.0]])
+    # a draft the target never emits is always rejected and replaced from the residual
+    assert speculative_accept(p, q, torch.tensor([0]), gen) == (0, 1)
+    # a draft equal to the target's certain token is always accepted, then the bonus comes from p[1]
+    q2 = torch.tensor([[0.0, 1.0, 0.0]])
+    assert speculative_accept(p, q2, torch.tensor([1]), gen) == (1, 2)
+    assert speculative_accept(p[:1], q[:0], torch.zeros(0, dtype=torch.long), gen) == (0, 1)
+
+
+def test_spec_options_from_env():
+    o = SpecOptions.from_env({"DSPARK_CONFIDENCE_THRESHOLD": "0.5", "DSPARK_USE_CONFIDENCE": "false"})
+    assert o.confidence_threshold == 0.5 and o.use_confidence is False
+    with pytest.raises(ValueError, match="DSPARK_MID_DEPTH"):
+        SpecOptions.from_env({"DSPARK_MID_DEPTH": "six"})
+    assert SpecOptions(narrow_below_ctx=512, narrow_depth=2).max_depth(100, 6) == 2
+    assert SpecOptions(narrow_below_ctx=512, narrow_depth=2, mid_depth=4).max_depth(1000, 6) == 4
+    assert SpecOptions(deep_from_ctx=2048, mid_depth=3).max_depth(4096, 6) == 6
+
+
+def test_bundled_drafter_fits_the_size_budget():
+    f = BUNDLED_DRAFTER / "drafter.safetensors"
+    assert f.is_file(), "the shipped drafter must be in the repository"
+    assert f.stat().st_size <= 10 * 1024 * 1024
