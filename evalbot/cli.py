@@ -8,6 +8,7 @@ harness); 4 infrastructure error (a harness run crashed or timed out; not a verd
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -30,6 +31,12 @@ from evalbot.progress import RichProgress
 from evalbot.scorecard import render_calibration
 
 EXIT_OK, EXIT_REJECT, EXIT_USAGE, EXIT_NOT_EVALUATED, EXIT_INFRA = 0, 1, 2, 3, 4
+# Commands that live in their own modules with their own parsers (docs/deploy.md); imported only
+# when used, so scoring never needs the web stack.
+DELEGATED = {
+    "serve": ("evalbot.service.server", "receive GitHub webhooks and queue scoring work (docs/deploy.md)"),
+    "worker": ("evalbot.worker", "score queued pull requests, one at a time per box (docs/deploy.md)"),
+}
 STATUS_EXIT = {"scored": EXIT_OK, "rejected": EXIT_REJECT, "not_evaluated": EXIT_NOT_EVALUATED, "infra_error": EXIT_INFRA}
 
 
@@ -79,7 +86,7 @@ def cmd_score(args: argparse.Namespace) -> int:
     with RichProgress(enabled=not args.no_progress) as progress:
         outcome = pipeline.score_refs(
             repo, base, head, profile=profile, rounds=args.rounds, settings=settings, pr_number=args.pr,
-            progress=progress,
+            harness_ref=args.harness_ref, progress=progress,
         )
     published = None
     if forge is not None and args.pr is not None:
@@ -229,6 +236,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--base", metavar="REF", help="the reference, normally main (its tip, or origin/<base>, provides the harness)")
     p.add_argument("--head", metavar="REF", help="the change to score")
     p.add_argument("--pr", type=int, metavar="N", help="score local PR N (see `evalbot pr`) and publish the result to it")
+    p.add_argument(
+        "--harness-ref", metavar="REF",
+        help="where the harness comes from (default: the base branch tip, origin/<base> when it exists)",
+    )
     p.add_argument("--profile", choices=["cpu", "gpu"], help="harness profile (default from settings: cpu)")
     p.add_argument("--rounds", type=int, metavar="N", help="ABBA rounds (default per profile: cpu 2, gpu 3)")
     p.add_argument("--json", action="store_true", help="print one JSON document (tier, receipt, gates, ...) instead of markdown")
@@ -267,6 +278,11 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--key", required=True, metavar="PUB", help="the trusted public key (PEM), e.g. FILE.pub from keygen")
     v.set_defaults(func=cmd_receipt_verify)
 
+    for name, (module, text) in DELEGATED.items():
+        d = sub.add_parser(name, help=text, description=f"{text[0].upper()}{text[1:]}; see `evalbot {name} --help`.",
+                           add_help=False)
+        d.set_defaults(func=lambda args, module=module: importlib.import_module(module).main([]))
+
     p = sub.add_parser(
         "status", help="show the local forge: PRs, labels, checks, scorecards, receipts, noise floors",
         description="Show what the local forge (.evalbot/forge.sqlite3) holds.",
@@ -291,6 +307,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in DELEGATED:
+        return int(importlib.import_module(DELEGATED[argv[0]][0]).main(argv[1:]))
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -60,10 +60,10 @@ class _Pinned:
     harness_digest: str
 
 
-def _pin(repo: Path, base: str, head: str, settings: Settings) -> _Pinned:
+def _pin(repo: Path, base: str, head: str, settings: Settings, harness_ref: str | None = None) -> _Pinned:
     base_sha = gitops.resolve(repo, base)
     head_sha = gitops.resolve(repo, head)
-    harness_ref = gitops.harness_source_ref(repo, base, settings.remote)
+    harness_ref = harness_ref or gitops.harness_source_ref(repo, base, settings.remote)
     harness_sha = gitops.resolve(repo, harness_ref)
     patterns = gitops.read_manifest(repo, harness_sha, settings.harness_manifest)
     entries = gitops.harness_entries(repo, harness_sha, patterns)
@@ -113,11 +113,17 @@ def score_refs(
     rounds: int | None = None,
     settings: Settings | None = None,
     pr_number: int | None = None,
+    harness_ref: str | None = None,
     reverifier_factory: ReverifierFactory | None = None,
     progress: ProgressSink | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> ScoreOutcome:
-    """Score `head` against `base` in `repo` and return everything the run produced."""
+    """Score `head` against `base` in `repo` and return everything the run produced.
+
+    `harness_ref` names the ruler's source; by default the base branch tip (`origin/<base>` when
+    that exists). A caller that passes SHAs for `base` (the webhook worker) should pass the base
+    branch here, e.g. "origin/main", so the harness still comes from the tip.
+    """
     repo = gitops.repo_root(repo)
     settings = settings or load_settings(repo)
     prof = settings.profile(profile)
@@ -126,7 +132,7 @@ def score_refs(
         raise EvalbotError("--rounds must be at least 1")
     key = load_signing_key(settings)  # a broken key fails now, not after an hour of measuring
     state_dir = state_dir_for(repo)
-    pinned = _pin(repo, base, head, settings)
+    pinned = _pin(repo, base, head, settings, harness_ref)
     box = settings.box_name()
     outcome_fields = dict(
         repo=str(repo), base_ref=base, head_ref=head, base_sha=pinned.base_sha, head_sha=pinned.head_sha,
@@ -223,6 +229,7 @@ def calibrate(
     profile: str = "cpu",
     rounds: int | None = None,
     settings: Settings | None = None,
+    harness_ref: str | None = None,
     progress: ProgressSink | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> tuple[NoiseFloor, Path]:
@@ -233,7 +240,7 @@ def calibrate(
     rounds = max(prof.rounds, 2) if rounds is None else rounds
     if rounds < 1:
         raise EvalbotError("--rounds must be at least 1")
-    pinned = _pin(repo, base, base, settings)
+    pinned = _pin(repo, base, base, settings, harness_ref)
     with gitops.scratch_dir("evalbot-aa-") as scratch:
         with gitops.worktree(repo, pinned.base_sha, scratch, "a") as wt_a, \
                 gitops.worktree(repo, pinned.base_sha, scratch, "b") as wt_b:

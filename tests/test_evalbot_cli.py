@@ -134,7 +134,8 @@ def test_calibrate_command(repo, capsys):
 def test_every_command_has_help():
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")
-    assert set(sub.choices) == {"score", "calibrate", "keygen", "receipt", "status", "pr"}  # no demo yet
+    assert set(sub.choices) == {"score", "calibrate", "keygen", "receipt", "status", "pr", "serve", "worker"}
+    assert "demo" not in sub.choices  # needs the real engine (evalbot/demo.py)
     for name, p in sub.choices.items():
         assert p.description, name
     help_text = parser.format_help()
@@ -149,3 +150,11 @@ def test_module_entry_point_prints_no_traceback(tmp_path):
     )
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: ") and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("command, text", [("serve", "webhooks"), ("worker", "Score queued")])
+def test_serve_and_worker_are_delegated(command, text, capsys):
+    with pytest.raises(SystemExit) as e:
+        main([command, "--help"])
+    assert e.value.code == 0
+    assert text in capsys.readouterr().out

@@ -112,6 +112,18 @@ def test_old_branch_is_measured_with_mains_current_harness(repo):
     assert out.harness_sha == repo.sha("main")
 
 
+def test_sha_callers_name_the_harness_ref(repo):
+    """The webhook worker passes SHAs; `harness_ref` keeps the ruler at the branch tip."""
+    repo.branch("fast", knobs=FAST)
+    queued_main = repo.sha("main")
+    repo.commit("main: new ruler", files={
+        "harness/settings.py": repo.read("harness/settings.py").replace("NEW_TOKENS = 24", "NEW_TOKENS = 12"),
+    })
+    out = pipeline.score_refs(repo.path, queued_main, repo.sha("fast"), settings=settings(), harness_ref="main")
+    assert out.base_sha == queued_main and out.harness_sha == repo.sha("main")
+    assert {c.new_tokens for c in out.measurements.contexts} == {12}
+
+
 def test_remote_tip_provides_the_harness(repo, tmp_path):
     repo.branch("fast", knobs=FAST)
     clone = make_fake_repo.__globals__["FakeRepo"](tmp_path / "clone")
