@@ -208,6 +208,8 @@ class Settings(_Strict):
     harness: HarnessCommands = Field(default_factory=HarnessCommands)
     env: EnvPolicy = Field(default_factory=EnvPolicy)
     default_profile: str = "cpu"
+    # Packages a harness child must import from its own worktree (checked before any run).
+    import_roots: list[str] = Field(default_factory=lambda: ["harness", "engine", "kernels"])
     harness_manifest: str = "harness/HARNESS_PATHS"
     remote: str = "origin"  # the harness comes from <remote>/<base> when that ref exists
     signing_key: Path | None = None

@@ -171,6 +171,10 @@ def _measure(
             _overlay(pinned, wt_head)
             (scratch / "io").mkdir()
             runner = HarnessRunner(settings, profile, {"base": wt_base, "head": wt_head}, scratch / "io", environ)
+            for ref, label in (("base", "main"), ("head", "PR")):
+                problem = runner.check_imports(ref)  # type: ignore[arg-type]
+                if problem is not None:
+                    return [], None, infrastructure_error(f"preflight ({label})", problem)
             records = runner.run_all(rounds, progress)
             failed = _first_failure(records)
             if failed is not None:
@@ -248,6 +252,9 @@ def calibrate(
             _overlay(pinned, wt_b)
             (scratch / "io").mkdir()
             runner = HarnessRunner(settings, profile, {"base": wt_a, "head": wt_b}, scratch / "io", environ)
+            problem = runner.check_imports("base")
+            if problem is not None:
+                raise EvalbotError(f"calibration preflight failed: {problem}")
             records = runner.run_all(rounds, progress)
     failed = _first_failure(records)
     if failed is not None:

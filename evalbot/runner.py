@@ -12,6 +12,7 @@ the pipeline turns it into an infrastructure-error verdict, never a slow or loss
 from __future__ import annotations
 
 import fnmatch
+import json
 import os
 import secrets
 import signal
@@ -308,6 +309,32 @@ class HarnessRunner:
         """`compare MAIN PR`, run from main's worktree only: trusted code reads both dumps."""
         step = Step(0, "base", "compare")
         return self._run(step, "base", main_file=str(self.dump_path("base")), pr_file=str(self.dump_path("head")))
+
+    def check_imports(self, ref: Ref) -> str | None:
+        """Where would the child import the measured packages from? They must resolve inside the
+        ref's worktree, never from the bot's own installation (an editable install, a stray path)."""
+        names = list(self.settings.import_roots)
+        code = (
+            "import importlib.util, json, sys\n"
+            "out = {}\n"
+            "for name in sys.argv[1:]:\n"
+            "    spec = importlib.util.find_spec(name)\n"
+            "    out[name] = None if spec is None else (spec.origin or list(spec.submodule_search_locations or [''])[0])\n"
+            "print(json.dumps(out))\n"
+        )
+        env = child_env(self.environ, self.settings.env, self.worktrees[ref], self.scratch / "triton" / ref, "preflight")
+        result = run_process([self.python, "-c", code, *names], self.worktrees[ref], env, 60, self.scratch)
+        try:
+            found = json.loads(result.stdout)
+        except ValueError:
+            return f"could not inspect imports in the {ref} worktree (exit {result.returncode})"
+        root = self.worktrees[ref].resolve()
+        for name, origin in found.items():
+            if origin is not None and root not in Path(origin).resolve().parents:
+                return f"`{name}` imports from {origin}, outside the {ref} worktree"
+        if found.get("harness") is None:
+            return f"the {ref} worktree has no importable `harness` package"
+        return None
 
     def run_all(self, rounds: int, progress: ProgressSink | None = None) -> list[RunRecord]:
         """The whole ABBA schedule then the comparison; stops at the first failed run."""

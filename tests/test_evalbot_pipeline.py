@@ -161,6 +161,17 @@ def test_hang_times_out_as_an_infrastructure_error(repo):
     assert out.verdict.infra.message == "timed out after 1 s"
 
 
+def test_packages_must_import_from_the_worktree(repo):
+    """A package the ref lacks must not be picked up from elsewhere (the bot's own install, say)."""
+    repo.branch("fast", knobs=FAST)
+    out = score(repo, "fast", settings=settings(import_roots=["harness", "engine", "json"]))
+    assert out.verdict.status == "infra_error" and out.verdict.infra.where == "preflight (main)"
+    assert "`json` imports from" in out.verdict.infra.message and out.runs == []
+    repo.commit("main: drop the engine", delete=["engine/__init__.py", "engine/fake.py"])
+    out = score(repo, "fast", settings=settings(import_roots=["harness", "engine"]))
+    assert out.verdict.status == "infra_error"  # main's worktree would measure some other engine
+
+
 def test_canned_output_is_rejected_as_foreign(repo):
     repo.branch("canned", knobs={"canned": True})
     out = score(repo, "canned")

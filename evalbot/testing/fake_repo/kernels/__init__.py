@@ -1,0 +1,1 @@
+"""The fake repo has a kernels package too, like the real one (the bot checks where it imports from)."""
