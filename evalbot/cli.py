@@ -152,17 +152,21 @@ def cmd_status(args: argparse.Namespace) -> int:
     repo = _repo(args)
     forge = LocalForge(repo)
     console = _stdout()
+    overview = forge.overview(SCORECARD_MARKER_PREFIX)
     table = Table(title=f"local PRs in {repo}")
     for col in ("#", "title", "head → base", "head", "state", "labels", "check", "scorecard", "receipts"):
         table.add_column(col)
-    for ov in forge.overview(SCORECARD_MARKER_PREFIX):
+    for ov in overview:
         p = ov.pull
         check = f"{ov.check_status}/{ov.check_conclusion}: {ov.check_title}" if ov.check_status else "—"
         table.add_row(
             str(p.number), p.title, f"{p.head_ref} → {p.base_ref}", p.head_sha[:12], p.state,
             ", ".join(p.labels) or "—", check, ov.scorecard_updated_at if ov.has_scorecard else "—", str(ov.receipts),
         )
-    console.print(table)
+    if overview:
+        console.print(table)
+    else:
+        console.print(f"no local PRs in {repo} yet: `evalbot pr open --head BRANCH`")
     floors = NoiseFile.model_validate_json(noise_path(forge.state_dir).read_bytes()) if noise_path(forge.state_dir).is_file() else NoiseFile()
     noise = Table(title="noise floors (evalbot calibrate)")
     for col in ("box", "profile", "DSpark", "AR", "guard decode", "guard prefill", "rounds", "measured"):

@@ -118,19 +118,20 @@ def matches_any(path: str, patterns: Sequence[str]) -> bool:
     return any(path_matches(path, p) for p in patterns)
 
 
-def read_manifest(repo: Path, ref: str, manifest_path: str) -> list[str]:
-    """The harness path patterns at `ref`, the manifest itself always included."""
+def read_manifest(repo: Path, ref: str, manifest_path: str, label: str | None = None) -> list[str]:
+    """The harness path patterns at `ref` (shown as `label`), the manifest itself always included."""
+    where = f"{label} ({ref[:12]})" if label and label != ref else ref
     proc = subprocess.run(
         ["git", "-C", str(repo), "show", f"{ref}:{manifest_path}"], capture_output=True
     )
     if proc.returncode != 0:
         raise HarnessPinError(
-            f"cannot pin the harness: {manifest_path} does not exist at {ref} "
+            f"cannot pin the harness: {manifest_path} does not exist at {where} "
             "(the base branch must carry the harness manifest)"
         )
     patterns = parse_manifest(proc.stdout.decode("utf-8", "replace"))
     if not patterns:
-        raise HarnessPinError(f"cannot pin the harness: {manifest_path} at {ref} lists no paths")
+        raise HarnessPinError(f"cannot pin the harness: {manifest_path} at {where} lists no paths")
     if manifest_path not in patterns:
         patterns.append(manifest_path)
     return patterns

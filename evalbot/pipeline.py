@@ -65,7 +65,7 @@ def _pin(repo: Path, base: str, head: str, settings: Settings, harness_ref: str 
     head_sha = gitops.resolve(repo, head)
     harness_ref = harness_ref or gitops.harness_source_ref(repo, base, settings.remote)
     harness_sha = gitops.resolve(repo, harness_ref)
-    patterns = gitops.read_manifest(repo, harness_sha, settings.harness_manifest)
+    patterns = gitops.read_manifest(repo, harness_sha, settings.harness_manifest, label=harness_ref)
     entries = gitops.harness_entries(repo, harness_sha, patterns)
     return _Pinned(repo, base_sha, head_sha, harness_ref, harness_sha, patterns, gitops.tree_digest(entries))
 
