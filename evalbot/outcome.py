@@ -31,6 +31,7 @@ class ReceiptInfo(BaseModel):
     path: str
     signed: bool
     keyid: str = ""
+    envelope: str = ""  # the file's exact text, so a publisher on another machine needs no file
 
     @property
     def status_text(self) -> str:

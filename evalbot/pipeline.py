@@ -96,7 +96,8 @@ def _finish(
     envelope = receipt.make_envelope(statement, key)
     path = receipt.write_receipt(state_dir, outcome, envelope)
     outcome.receipt = ReceiptInfo(
-        path=str(path), signed=key is not None, keyid=receipt.keyid_for(key.public_key()) if key else ""
+        path=str(path), signed=key is not None, keyid=receipt.keyid_for(key.public_key()) if key else "",
+        envelope=receipt.envelope_bytes(envelope).decode("utf-8"),
     )
     templates = settings.templates_dir
     outcome.scorecard = render_scorecard(outcome, templates)
@@ -307,7 +308,7 @@ def publish(
     forge.update_check(check_id, status="completed", title=check.title, summary=check.summary, conclusion=check.conclusion)
     receipt_ref = ""
     if outcome.receipt is not None:
-        body = Path(outcome.receipt.path).read_text()
+        body = outcome.receipt.envelope or Path(outcome.receipt.path).read_text()
         receipt_ref = forge.store_receipt(pr_number, outcome.head_sha, body)
     return PublishResult(
         published=True, labels=list(outcome.verdict.labels), comment_id=comment_id, check_id=check_id,

@@ -31,6 +31,13 @@ def test_lossless_fails_on_one_diverging_run():
     assert r.status == "fail" and "1 of 9" in r.detail
 
 
+def test_lossless_notes_a_lossy_main():
+    c = b.context(runs=9)
+    c = c.model_copy(update={"main_lossless_runs": 7})
+    r = gate_lossless(b.measurements(contexts=[c]), TH)
+    assert r.status == "pass" and "main diverged in 2 of its 9 runs" in r.detail
+
+
 def test_lossless_needs_enough_runs():
     assert gate_lossless(b.measurements(contexts=[b.context(runs=2)]), TH).status == "fail"
     assert gate_lossless(b.measurements(contexts=[b.context(runs=3)]), TH).status == "pass"

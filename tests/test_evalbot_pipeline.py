@@ -349,7 +349,7 @@ def test_publish_to_the_local_forge(repo):
     assert comment["body"] == out.scorecard
     (check,) = forge.checks(out.head_sha)
     assert (check["status"], check["conclusion"]) == ("completed", "success")
-    assert Path(result.receipt_ref).read_text() == Path(out.receipt.path).read_text()
+    assert Path(result.receipt_ref).read_text() == Path(out.receipt.path).read_text() == out.receipt.envelope
 
     # a new head: the same sticky comment is edited, labels replaced, nothing for a stale outcome
     repo.git("checkout", "-q", "fast")
