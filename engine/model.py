@@ -168,6 +168,8 @@ class Transformer:
                     v = cache.v[i, :b, :, :end]
             if start == 0:
                 o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            elif t == 1:  # one new token sees the whole cached prefix: no mask, so the fast kernels apply
+                o = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
             else:
                 qpos = torch.arange(start, end, device=self.device)
                 mask = torch.arange(end, device=self.device)[None, :] <= qpos[:, None]

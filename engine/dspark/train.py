@@ -167,24 +167,47 @@ def train(args) -> dict:
                         head_dim=tc.head_dim, ffn_dim=args.ffn, window=args.window, markov_rank=args.markov_rank,
                         norm_eps=tc.norm_eps, rope_theta=tc.rope_theta, vocab_size=tc.vocab_size, target_sha256=loaded.sha256)
 
-    # data
+    # data: documents split into train / held-out (evaluation never sees a training document)
     files = corpus_files(Path(args.code_dir) if args.code_dir else None, Path(args.prose_dir) if args.prose_dir else None)
     lengths = [int(x) for x in args.prompt_lens.split(",")]
-    docs = {k: tokenized_docs(loaded.tokenizer, v, max(lengths) + 1) for k, v in files.items()}
-    log(f"corpus: {len(docs['code'])} code docs, {len(docs['prose'])} prose docs; target layers {layers}")
-    seqs = []
-    per_len = args.data_seqs // len(lengths)
-    for length in lengths:
-        prompts = make_prompts(loaded.tokenizer, docs, per_len, length, args.chat_fraction, rng)
+    docs = {k: tokenized_docs(loaded.tokenizer, v, min(lengths) + 1) for k, v in files.items()}
+    train_docs, eval_docs = {}, {}
+    for kind, ds in docs.items():
+        rng.shuffle(ds)
+        cut = max(1, int(len(ds) * args.eval_fraction)) if len(ds) > 1 else 0
+        eval_docs[kind], train_docs[kind] = ds[:cut], ds[cut:]
+    log(f"corpus: {len(docs['code'])} code docs, {len(docs['prose'])} prose docs ({sum(map(len, eval_docs.values()))} held out); target layers {layers}")
+
+    def docs_for(pool: dict, length: int) -> dict:
+        return {k: [d for d in v if len(d) > length] for k, v in pool.items()}
+
+    buckets: dict[int, list] = {L: [] for L in lengths}
+    data_deadline = args.total_budget * args.data_fraction
+    n_batches = 0
+    while True:
+        L = lengths[n_batches % len(lengths)]
+        elapsed = time.perf_counter() - t_begin
+        done = sum(t.shape[0] for parts in buckets.values() for t, _ in parts)
+        if n_batches >= len(lengths) and (elapsed > data_deadline or done >= args.data_seqs):
+            break
+        pool = docs_for(train_docs, L)
+        if not any(pool.values()):
+            raise SystemExit(f"error: no training document is longer than {L} tokens")
+        prompts = make_prompts(loaded.tokenizer, pool, args.gen_batch, L, args.chat_fraction, rng)
         t0 = time.perf_counter()
-        toks, feats = generate_with_features(target, prompts, args.gen_tokens, layers, args.gen_batch)
-        seqs.append((length, toks, feats))
-        log(f"generated {len(prompts)} x ({length} + {args.gen_tokens}) tokens in {time.perf_counter() - t0:.1f}s")
+        buckets[L].append(generate_with_features(target, prompts, args.gen_tokens, layers, args.gen_batch))
+        n_batches += 1
+        log(f"generated {len(prompts)} x ({L} + {args.gen_tokens}) tokens in {time.perf_counter() - t0:.1f}s")
+    train_sets = [(L, torch.cat([t for t, _ in parts]), torch.cat([f for _, f in parts])) for L, parts in buckets.items() if parts]
+    n_seqs = sum(t.shape[0] for _, t, _ in train_sets)
+    eval_sets = []
+    for L in lengths:
+        pool = docs_for(eval_docs, L)
+        if any(pool.values()):
+            prompts = make_prompts(loaded.tokenizer, pool, args.eval_seqs, L, 0.0, rng)
+            eval_sets.append((L, *generate_with_features(target, prompts, args.gen_tokens, layers, args.gen_batch)))
     data_s = time.perf_counter() - t_begin
-    # hold out the last sequences of each bucket for evaluation
-    held = max(1, int(per_len * args.eval_fraction))
-    train_sets = [(L, t[:-held], f[:-held]) for L, t, f in seqs]
-    eval_sets = [(L, t[-held:], f[-held:]) for L, t, f in seqs]
+    log(f"data: {n_seqs} training sequences in {data_s:.0f}s")
 
     module = DrafterModule(cfg, target.embed.detach(), target.lm_head.detach()).to(dev)
     params = [p for p in module.parameters() if p.requires_grad]
@@ -194,16 +217,17 @@ def train(args) -> dict:
     cos, sin = rope_for(cfg, max_len, dev)
     pw = position_weights(cfg.proposals, args.decay, dev)
     autocast = torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda")
-    log(f"drafter: {n_params / 1e6:.2f}M parameters; training for {args.time_budget:.0f}s")
+    train_budget = args.total_budget - (time.perf_counter() - t_begin) - args.reserve
+    log(f"drafter: {n_params / 1e6:.2f}M parameters; training for {train_budget:.0f}s")
     t_train = time.perf_counter()
     step, history = 0, []
     est_steps = None
     while True:
         elapsed = time.perf_counter() - t_train
-        if elapsed >= args.time_budget or (args.max_steps and step >= args.max_steps):
+        if elapsed >= train_budget or (args.max_steps and step >= args.max_steps):
             break
-        if step == 20:
-            est_steps = max(40, int(args.time_budget / (elapsed / 20)))
+        if step == 50:
+            est_steps = max(100, int(train_budget / (elapsed / 50)))
         total = est_steps or 10**9
         lr = args.lr * min(1.0, (step + 1) / args.warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, step / total))))
         for group in opt.param_groups:
@@ -219,7 +243,7 @@ def train(args) -> dict:
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         if step % args.log_every == 0:
-            m.update(step=step, lr=lr, loss=float(loss), t=round(time.perf_counter() - t_train, 1))
+            m.update(step=step, lr=lr, loss=float(loss.detach()), t=round(time.perf_counter() - t_train, 1))
             history.append(m)
             log(json.dumps(m))
         step += 1
@@ -240,16 +264,17 @@ def train(args) -> dict:
     card = {
         "target": loaded.source_path.name, "target_sha256": loaded.sha256, "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
         "config": cfg.to_dict(), "parameters": n_params, "file_bytes": size,
-        "data": {"code_docs": len(docs["code"]), "prose_docs": len(docs["prose"]), "prompt_lens": lengths, "sequences": args.data_seqs,
+        "data": {"code_docs": len(docs["code"]), "prose_docs": len(docs["prose"]), "held_out_docs": {k: len(v) for k, v in eval_docs.items()},
+                 "prompt_lens": lengths, "sequences": n_seqs,
                  "gen_tokens": args.gen_tokens, "chat_fraction": args.chat_fraction, "excluded": sorted(EXCLUDED_NAMES)},
         "training": {"steps": step, "batch": args.batch, "anchors": args.anchors, "lr": args.lr, "decay": args.decay,
                      "data_seconds": round(data_s, 1), "train_seconds": round(train_s, 1), "total_seconds": round(time.perf_counter() - t_begin, 1)},
         "history": history, "eval": ev,
-        "eval_tau_teacher_forced": 1 + sum(e["accept"] for e in ev) / len(ev),
+        "eval_tau_teacher_forced": (1 + sum(e["accept"] for e in ev) / len(ev)) if ev else None,
         "command": " ".join(sys.argv),
     }
     (out / "training.json").write_text(json.dumps(card, indent=2) + "\n")
-    log(f"done: {step} steps, eval teacher-forced tau {card['eval_tau_teacher_forced']:.2f}, {size / 1e6:.2f} MB -> {out}")
+    log(f"done: {step} steps, held-out teacher-forced tau {card['eval_tau_teacher_forced']}, {size / 1e6:.2f} MB -> {out}")
     return card
 
 
@@ -266,19 +291,22 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--window", type=int, default=1024)
     ap.add_argument("--markov-rank", type=int, default=64)
     ap.add_argument("--prompt-lens", default="256,512,1024")
-    ap.add_argument("--gen-tokens", type=int, default=160)
-    ap.add_argument("--data-seqs", type=int, default=6144)
-    ap.add_argument("--gen-batch", type=int, default=256)
+    ap.add_argument("--gen-tokens", type=int, default=128)
+    ap.add_argument("--data-seqs", type=int, default=10**9, help="stop generating after this many sequences")
+    ap.add_argument("--data-fraction", type=float, default=0.4, help="share of --total-budget for generating data")
+    ap.add_argument("--gen-batch", type=int, default=512)
     ap.add_argument("--chat-fraction", type=float, default=0.1)
-    ap.add_argument("--eval-fraction", type=float, default=0.03)
+    ap.add_argument("--eval-fraction", type=float, default=0.05, help="share of documents held out for evaluation")
+    ap.add_argument("--eval-seqs", type=int, default=128, help="held-out sequences per prompt length")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--anchors", type=int, default=32)
     ap.add_argument("--lr", type=float, default=2e-3)
-    ap.add_argument("--weight-decay", type=float, default=0.01)
+    ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--warmup", type=int, default=100)
     ap.add_argument("--decay", type=float, default=4.0, help="position weight exp(-i/decay)")
     ap.add_argument("--conf-weight", type=float, default=0.2)
-    ap.add_argument("--time-budget", type=float, default=300.0, help="seconds of optimisation (data generation not included)")
+    ap.add_argument("--total-budget", type=float, default=540.0, help="wall-clock seconds for everything: load, data, training, export")
+    ap.add_argument("--reserve", type=float, default=25.0, help="seconds kept at the end for evaluation and export")
     ap.add_argument("--max-steps", type=int, default=0)
     ap.add_argument("--log-every", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
