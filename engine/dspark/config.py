@@ -68,10 +68,10 @@ class SpecOptions:
       up to idle_max_steps), then try drafting again. The drafter's context keeps up meanwhile.
     """
 
-    confidence_threshold: float = 0.3
+    confidence_threshold: float = 0.35
     min_depth: int = 1
-    narrow_below_ctx: int = 0
-    narrow_depth: int = 2
+    narrow_below_ctx: int = 2048
+    narrow_depth: int = 3
     deep_from_ctx: int = 0
     mid_depth: int = 6
     idle_window: int = 8
