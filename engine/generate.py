@@ -191,6 +191,42 @@ class Engine:
         self.sync()
         return logits[0, -1], captured, time.perf_counter() - t0
 
+    def teacher_forced(self, ids: list[int], start: int, top_k: int = 0) -> dict:
+        """Teacher-forced predictions of ids[start:], computed the way decoding computes them: the
+        prefill's last row predicts ids[start], then the decode step itself (verify-sized blocks of
+        rows) predicts the rest. Returns per predicted position: token_logprob, argmax, gap (max
+        logit - logit of the actual token, 0 when it is the argmax), and top-k (ids, logprobs)."""
+        if not 0 < start < len(ids):
+            raise EngineError(f"teacher_forced needs 0 < start < len(ids), got start={start}, len={len(ids)}")
+        self.check_request(ids[:start], len(ids) - start)
+        s = self.session(start, len(ids) - start)
+        rows = []
+        with torch.inference_mode():
+            last, _, _ = self.prefill(s, ids[:start])
+            rows.append(last.float()[None])
+            pos = start
+            block = STEP_ROWS - 1
+            while pos < len(ids) - 1:
+                chunk = ids[pos : min(pos + block, len(ids) - 1)]
+                s.io.set_rows(chunk, pos)
+                s.step(len(chunk), commit=False)()
+                rows.append(s.io.logits[: len(chunk)].float().clone())
+                pos += len(chunk)
+            logits = torch.cat(rows)  # [len(ids) - start, V]
+            target = torch.tensor(ids[start:], device=logits.device)
+            logprobs = torch.log_softmax(logits, -1)
+            tok_logit = logits.gather(1, target[:, None])[:, 0]
+            out = {
+                "token_logprob": logprobs.gather(1, target[:, None])[:, 0].tolist(),
+                "argmax": logits.argmax(-1).tolist(),
+                "gap": (logits.max(-1).values - tok_logit).tolist(),
+            }
+            if top_k:
+                vals, idx = torch.topk(logprobs, top_k, dim=-1)
+                out["topk_ids"] = idx.tolist()
+                out["topk_logprobs"] = vals.tolist()
+        return out
+
     def _eos(self) -> set[int]:
         return set(self.config.eos_ids)
 

@@ -84,9 +84,12 @@ def cmd_score(args: argparse.Namespace) -> int:
         base, head = args.base, args.head
     profile = args.profile or settings.default_profile
     with RichProgress(enabled=not args.no_progress) as progress:
+        from evalbot.reverify_engine import engine_reverifier_factory
+
         outcome = pipeline.score_refs(
             repo, base, head, profile=profile, rounds=args.rounds, settings=settings, pr_number=args.pr,
             harness_ref=args.harness_ref, progress=progress,
+            reverifier_factory=None if args.no_reverify else engine_reverifier_factory(settings),
         )
     published = None
     if forge is not None and args.pr is not None:
@@ -248,6 +251,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=int, metavar="N", help="ABBA rounds (default per profile: cpu 2, gpu 3)")
     p.add_argument("--json", action="store_true", help="print one JSON document (tier, receipt, gates, ...) instead of markdown")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument("--no-reverify", action="store_true",
+                   help="skip re-checking the PR's token streams with main's engine (the scorecard then says 'not run')")
     p.set_defaults(func=cmd_score)
 
     p = sub.add_parser(

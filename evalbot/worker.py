@@ -185,9 +185,14 @@ def pipeline_scorer(settings: BotSettings) -> Scorer:
         progress("fetching main and the pull request")
         fetch_job_refs(checkout, settings.remote, settings.main_branch, job.pr_number, job.head_sha, job.base_sha)
         core = load_settings(checkout)
+        from evalbot.reverify_engine import engine_reverifier_factory
+
         return pipeline.score_refs(
             checkout, job.base_sha, job.head_sha, profile=settings.profile or core.default_profile,
             settings=core, pr_number=job.pr_number, progress=_ProgressSink(progress),
+            # one ruler: the harness of main's current tip, not of the SHA the job was queued against
+            harness_ref=f"{settings.remote}/{settings.main_branch}",
+            reverifier_factory=engine_reverifier_factory(core),
         )
 
     return score
