@@ -69,7 +69,9 @@ def engine_reverifier_factory(settings: Settings, environ: Mapping[str, str] | N
 
     env_source = os.environ if environ is None else environ
 
-    def factory(worktree: Path, profile: str) -> Reverifier:
+    def factory(worktree: Path, profile: str) -> Reverifier | None:
+        if not (worktree / "harness" / "reverify.py").is_file():
+            return None  # a main without the reverify program: the scorecard says "not run"
         cache = Path(tempfile.mkdtemp(prefix="evalbot-reverify-triton-"))
         env = child_env(env_source, settings.env, worktree, cache, nonce="reverify")
         return SubprocessReverifier(settings.harness.python or sys.executable, worktree, env, timeout)
