@@ -36,8 +36,9 @@ class GenerationResult:
 
     @property
     def decode_tps(self) -> float:
-        # The first token comes out of the prefill; decode produced the rest.
-        n = len(self.tokens) - 1
+        # Generated tokens over the time from the end of the prefill to the last token (the first
+        # token's logits come from the prefill; choosing it is inside decode_s).
+        n = len(self.tokens)
         return n / self.decode_s if self.decode_s > 0 and n > 0 else 0.0
 
     @property
