@@ -55,8 +55,8 @@ def measure(args) -> list[str]:
             runs = [engine.generate(ids, new_tokens, dspark=True, stop_at_eos=False) for _ in range(reps)]
             matched = sum(r.tokens == ar.tokens for r in runs)
             hist = [sum(r.stats["accept_hist"][k] for r in runs) for k in range(len(runs[0].stats["accept_hist"]))]
-            forwards = sum(r.stats["target_forwards"] for r in runs)
-            tau = sum(len(r.tokens) for r in runs) / forwards if forwards else 0.0
+            forwards = sum(hist)
+            tau = sum(k * n for k, n in enumerate(hist)) / forwards if forwards else 0.0  # tokens per verify forward
             print(f"[tau_check] {prompt} ctx={ctx}: AR {ar.decode_tps:.1f} tok/s, DSpark "
                   f"{statistics.median(r.decode_tps for r in runs):.1f} tok/s, tau {tau:.3f}, lossless {matched}/{reps}",
                   file=sys.stderr, flush=True)

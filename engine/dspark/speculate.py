@@ -65,8 +65,9 @@ class SpecStats:
 
     def as_dict(self, committed: int) -> dict:
         forwards = sum(self.hist)
+        verified = sum(k * n for k, n in enumerate(self.hist))  # the prefill's first token is not a verify's
         return {
-            "tau": committed / forwards if forwards else 0.0,
+            "tau": verified / forwards if forwards else 0.0,
             "target_forwards": forwards,
             "accept_hist": list(self.hist),
             "per_position_accept": [a / p if p else None for a, p in zip(self.accepted, self.proposed)],
