@@ -128,12 +128,12 @@ def test_a_crash_mid_run_exits_nonzero_with_no_result_line(tmp_path):
         calls = {"n": 0}
         def generate(self, *a, **k):
             calls["n"] += 1
-            if calls["n"] > 7:
+            if calls["n"] > 4:
                 raise RuntimeError("simulated crash in the engine")
             return _orig(self, *a, **k)
         g.Engine.generate = generate
     """))
-    p = run_harness("harness.tau_check", "--profile", "cpu", "--contexts", "40,41", "--prompts", "code", "--reps", "3",
+    p = run_harness("harness.tau_check", "--profile", "cpu", "--contexts", "40,41", "--prompts", "code", "--reps", "1",
                     "--new-tokens", "4", env_extra={"PYTHONPATH": str(tmp_path)})
     assert p.returncode != 0
     lines = [json.loads(x) for x in p.stdout.splitlines() if x.strip()]
