@@ -199,6 +199,17 @@ class EnvPolicy(_Strict):
     )
 
 
+class Sandbox(_Strict):
+    """Who runs PR code. With `user` set, every harness child runs as that unprivileged account
+    (setpriv when the bot is root, `sudo -n -u` otherwise), so it cannot read the bot's keys, tokens
+    or state even from disk, and every process it left behind is killed after each run (a child that
+    escapes its process group with setsid included). `no_network` (root only) gives each child an
+    empty network namespace."""
+
+    user: str | None = None
+    no_network: bool = False
+
+
 class Settings(_Strict):
     thresholds: Thresholds = Field(default_factory=Thresholds)
     tiers: TierSettings = Field(default_factory=TierSettings)
@@ -207,6 +218,7 @@ class Settings(_Strict):
     profiles: dict[str, ProfileSettings] = Field(default_factory=_default_profiles)
     harness: HarnessCommands = Field(default_factory=HarnessCommands)
     env: EnvPolicy = Field(default_factory=EnvPolicy)
+    sandbox: Sandbox = Field(default_factory=Sandbox)
     default_profile: str = "cpu"
     # Packages a harness child must import from its own worktree (checked before any run).
     import_roots: list[str] = Field(default_factory=lambda: ["harness", "engine", "kernels"])

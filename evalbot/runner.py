@@ -11,9 +11,11 @@ the pipeline turns it into an infrastructure-error verdict, never a slow or loss
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import json
 import os
+import pwd
 import secrets
 import signal
 import subprocess
@@ -26,8 +28,8 @@ from typing import Annotated, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
-from evalbot.config import EnvPolicy, ProfileSettings, Settings
-from evalbot.errors import ContractViolation
+from evalbot.config import EnvPolicy, ProfileSettings, Sandbox, Settings
+from evalbot.errors import ContractViolation, EvalbotError
 from evalbot.results import CompareLine, GuardLine, HarnessReportedError, ScoreLine, TauCheckLine, parse_output
 
 Ref = Literal["base", "head"]
@@ -133,8 +135,61 @@ def _read_tail(path: Path, limit: int) -> str:
         return f.read().decode("utf-8", "replace")
 
 
-def run_process(argv: Sequence[str], cwd: Path, env: Mapping[str, str], timeout: float, scratch: Path) -> ProcessResult:
+def sandbox_prefix(sandbox: Sandbox) -> list[str]:
+    """The argv prefix that drops a child to the sandbox user (and, as root, out of the network)."""
+    if not sandbox.user:
+        if sandbox.no_network:
+            raise EvalbotError("sandbox.no_network needs sandbox.user")
+        return []
+    try:
+        pw = pwd.getpwnam(sandbox.user)
+    except KeyError:
+        raise EvalbotError(f"sandbox user {sandbox.user!r} does not exist") from None
+    if os.geteuid() == 0:
+        net = ["unshare", "--net", "--"] if sandbox.no_network else []
+        return [*net, "setpriv", f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}", "--clear-groups", "--"]
+    if sandbox.no_network:
+        raise EvalbotError("sandbox.no_network needs the bot to run as root (unshare --net)")
+    return ["sudo", "-n", "-u", sandbox.user, "--"]
+
+
+def user_processes(uid: int) -> list[int]:
+    """Live (non-zombie) processes of a uid, from /proc."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{entry}").st_uid != uid:
+                continue
+            with open(f"/proc/{entry}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in ("Z", "X"):
+            pids.append(int(entry))
+    return pids
+
+
+def kill_user_processes(user: str, attempts: int = 20) -> None:
+    """Everything the sandbox user still runs after a child finished: nothing may outlive a run."""
+    uid = pwd.getpwnam(user).pw_uid
+    for _ in range(attempts):
+        alive = user_processes(uid)
+        if not alive:
+            return
+        for pid in alive:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
+
+
+def run_process(argv: Sequence[str], cwd: Path, env: Mapping[str, str], timeout: float, scratch: Path,
+                sandbox: Sandbox | None = None) -> ProcessResult:
     """Run argv in its own session; outputs go to files (no pipe deadlock, bounded memory)."""
+    if sandbox is not None and sandbox.user:
+        argv = [*sandbox_prefix(sandbox), *argv]
+        env = {**env, "PYTHONDONTWRITEBYTECODE": "1"}  # the worktree is not the sandbox user's to write
     out_path = scratch / f"stdout-{secrets.token_hex(4)}"
     err_path = scratch / f"stderr-{secrets.token_hex(4)}"
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
@@ -152,6 +207,8 @@ def run_process(argv: Sequence[str], cwd: Path, env: Mapping[str, str], timeout:
             proc.wait()
         wall = time.perf_counter() - start
         _kill_group(proc.pid)  # stragglers must not run into the next measurement
+        if sandbox is not None and sandbox.user:
+            kill_user_processes(sandbox.user)
     too_big = out_path.stat().st_size > STDOUT_LIMIT
     stdout = "" if too_big else out_path.read_bytes().decode("utf-8", "replace")
     stderr_tail = _read_tail(err_path, STDERR_TAIL_BYTES)
@@ -279,7 +336,10 @@ class HarnessRunner:
         self.nonce_factory = nonce_factory
         self.python = settings.harness.python or sys.executable
         for ref in self.worktrees:
-            (scratch / "triton" / ref).mkdir(parents=True, exist_ok=True)
+            cache = scratch / "triton" / ref
+            cache.mkdir(parents=True, exist_ok=True)
+            if settings.sandbox.user:
+                cache.chmod(0o1777)  # the sandbox user compiles into it
 
     def dump_path(self, ref: Ref) -> Path:
         return self.scratch / f"logprobs-{ref}.json"
@@ -291,7 +351,7 @@ class HarnessRunner:
         )
         env = child_env(self.environ, self.settings.env, self.worktrees[cwd_ref], self.scratch / "triton" / cwd_ref, nonce)
         timeout = getattr(self.profile.timeouts, step.program)
-        result = run_process(argv, self.worktrees[cwd_ref], env, timeout, self.scratch)
+        result = run_process(argv, self.worktrees[cwd_ref], env, timeout, self.scratch, self.settings.sandbox)
         return record_from(step, nonce, argv, result, timeout, self.settings.stderr_tail_lines)
 
     def run_step(self, step: Step) -> RunRecord:
@@ -323,7 +383,7 @@ class HarnessRunner:
             "print(json.dumps(out))\n"
         )
         env = child_env(self.environ, self.settings.env, self.worktrees[ref], self.scratch / "triton" / ref, "preflight")
-        result = run_process([self.python, "-c", code, *names], self.worktrees[ref], env, 60, self.scratch)
+        result = run_process([self.python, "-c", code, *names], self.worktrees[ref], env, 60, self.scratch, self.settings.sandbox)
         try:
             found = json.loads(result.stdout)
         except ValueError:
