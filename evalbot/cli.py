@@ -22,6 +22,7 @@ from rich.table import Table
 
 from evalbot import gitops, pipeline, receipt
 from evalbot.config import Settings, load_settings
+from evalbot.demo import run_demo
 from evalbot.errors import EvalbotError
 from evalbot.forge.base import CHECK_NAME, SCORECARD_MARKER_PREFIX
 from evalbot.forge.local import LocalForge
@@ -266,6 +267,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=int, metavar="N", help="A/A rounds (default: the profile's rounds, at least 2)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.set_defaults(func=cmd_calibrate)
+
+    p = sub.add_parser(
+        "demo", help="score the example PRs (examples/prs/) for real on a scratch clone of this repo",
+        description="Clone the committed HEAD as main into a scratch directory, make one branch and local PR per "
+        "example in examples/prs/, score and publish each with the real engine and harness, and print each verdict "
+        "against the one its README expects. Exit status 0 only if every verdict matched, else 1.",
+    )
+    repo_opts(p)
+    p.add_argument("--profile", choices=["cpu", "gpu"], help="harness profile (default: gpu when CUDA is available, else cpu)")
+    p.add_argument("--work-dir", metavar="DIR", help="clone into DIR (new or empty; kept) instead of a temporary directory")
+    p.add_argument("--keep", action="store_true", help="keep the temporary clone and its .evalbot/ state for `evalbot status`")
+    p.add_argument("--only", metavar="SLUG", help="score one example, e.g. 02-lossy-shortcut (or lossy-shortcut, or 02)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.set_defaults(func=lambda a: run_demo(
+        _repo(a), profile=a.profile, work_dir=Path(a.work_dir) if a.work_dir else None, keep=a.keep, only=a.only,
+        settings=_settings(a, _repo(a)), progress=not a.no_progress))
 
     p = sub.add_parser(
         "keygen", help="create an Ed25519 key pair for signing receipts",
