@@ -43,5 +43,5 @@ def markov_draft_triton(cand_ids: torch.Tensor, cand_vals: torch.Tensor, last: t
     p, k = cand_ids.shape
     r = u.shape[1]
     assert cand_ids.is_contiguous() and cand_vals.is_contiguous() and k & (k - 1) == 0 and r & (r - 1) == 0
-    _markov_draft_kernel[(1,)](cand_ids, cand_vals, last, u, v, out, P=p, K=k, R=r, num_warps=1)
+    _markov_draft_kernel[(1,)](cand_ids, cand_vals, last, u, v, out, P=p, K=k, R=r, num_warps=2)
     return out

@@ -33,7 +33,7 @@ def attach_drafter(engine, path: str | Path | None = None, options: SpecOptions 
 
     check_compatible(c, engine.model)
     engine.drafter = files
-    engine.spec_options = options or SpecOptions.from_env()
+    engine.spec_options = options or SpecOptions.for_backend(engine.model.ops.backend)
     return files
 
 
@@ -61,7 +61,7 @@ def use_drafter(engine, files: DrafterFiles, options: SpecOptions | None = None)
 
     check_compatible(files.config, engine.model)
     engine.drafter = files
-    engine.spec_options = options or SpecOptions.from_env()
+    engine.spec_options = options or SpecOptions.for_backend(engine.model.ops.backend)
 
 
 __all__ = ["DrafterConfig", "SpecOptions", "attach_drafter", "random_drafter", "use_drafter", "BUNDLED_DRAFTER"]

@@ -91,6 +91,17 @@ class SpecOptions:
         return max(1, min(d, proposals))
 
     @classmethod
+    def for_backend(cls, backend: str, environ: dict | None = None) -> "SpecOptions":
+        """The defaults above were measured on the GPU, where a deeper verify costs a little more. The
+        torch (CPU) step always computes its 8 padded rows, so there verifying every draft is free:
+        the confidence threshold drops to 0 (verify the block's full depth)."""
+        import os
+
+        env = os.environ if environ is None else environ
+        base = {} if backend == "triton" else {"confidence_threshold": 0.0, "narrow_below_ctx": 0}
+        return cls.from_env(env, **{k: v for k, v in base.items() if f"DSPARK_{k.upper()}" not in env})
+
+    @classmethod
     def from_env(cls, environ: dict | None = None, **overrides) -> "SpecOptions":
         """DSPARK_<FIELD> environment variables override the defaults (e.g. DSPARK_CONFIDENCE_THRESHOLD)."""
         import os
