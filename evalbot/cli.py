@@ -279,10 +279,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--work-dir", metavar="DIR", help="clone into DIR (new or empty; kept) instead of a temporary directory")
     p.add_argument("--keep", action="store_true", help="keep the temporary clone and its .evalbot/ state for `evalbot status`")
     p.add_argument("--only", metavar="SLUG", help="score one example, e.g. 02-lossy-shortcut (or lossy-shortcut, or 02)")
+    p.add_argument("--rounds", type=int, metavar="N", help="ABBA rounds per example and for the A/A calibration (default per profile: cpu 2, gpu 3)")
+    p.add_argument("--no-calibrate", action="store_true",
+                   help="on a box with no noise floor for the profile, gate with the default floor instead of calibrating first")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.set_defaults(func=lambda a: run_demo(
         _repo(a), profile=a.profile, work_dir=Path(a.work_dir) if a.work_dir else None, keep=a.keep, only=a.only,
-        settings=_settings(a, _repo(a)), progress=not a.no_progress))
+        rounds=a.rounds, calibrate=not a.no_calibrate, settings=_settings(a, _repo(a)), progress=not a.no_progress))
 
     p = sub.add_parser(
         "keygen", help="create an Ed25519 key pair for signing receipts",

@@ -44,9 +44,10 @@ from evalbot.forge.base import CHECK_NAME
 from evalbot.forge.local import LocalForge
 from evalbot.noise import NOISE_FILE, NoiseFloor, load_noise_floor
 from evalbot.outcome import ScoreOutcome
+from evalbot.reverify import Reverifier, ReverifierFactory
 from evalbot.progress import RichProgress
 from evalbot.runner import NullProgress, ProgressSink
-from evalbot.scorecard import noise_text, render
+from evalbot.scorecard import noise_text, render, render_calibration
 
 EXAMPLES_DIR = Path("examples") / "prs"
 BRANCH_PREFIX = "demo/"
@@ -263,11 +264,33 @@ class DemoReport:
     noise: NoiseFloor
     results: list[ExampleResult]
     seconds: float = 0.0
+    calibration_seconds: float | None = None  # set when the demo measured the box's noise floor itself
     kept: bool = True
 
     @property
     def ok(self) -> bool:
         return bool(self.results) and all(r.matched for r in self.results)
+
+
+class _ClosingFactory:
+    """Wraps a reverifier factory so the demo can stop each example's reverifier (a subprocess holding
+    main's model) once that example is scored, instead of keeping one per example until exit."""
+
+    def __init__(self, factory: ReverifierFactory) -> None:
+        self.factory = factory
+        self.made: list[Reverifier] = []
+
+    def __call__(self, worktree: Path, profile: str) -> Reverifier | None:
+        made = self.factory(worktree, profile)
+        if made is not None:
+            self.made.append(made)
+        return made
+
+    def close_all(self) -> None:
+        while self.made:
+            close = getattr(self.made.pop(), "close", None)
+            if close is not None:
+                close()
 
 
 class _Labelled:
@@ -295,6 +318,13 @@ def _texts(settings: Settings) -> Path | None:
     return settings.templates_dir
 
 
+def _measured(repo: Path, example: Example, settings: Settings) -> bool:
+    """Whether scoring the example measures anything (a PR that edits the harness is not measured)."""
+    base = gitops.resolve(repo, BASE_BRANCH)
+    patterns = gitops.read_manifest(repo, base, settings.harness_manifest, label=BASE_BRANCH)
+    return not gitops.harness_changes(repo, base, gitops.resolve(repo, example.branch), patterns)
+
+
 def score_examples(
     repo: Path,
     scratch: Path,
@@ -302,6 +332,8 @@ def score_examples(
     *,
     profile: str,
     settings: Settings,
+    rounds: int | None = None,
+    calibrate: bool = True,
     progress: ProgressSink | None = None,
     reverify: bool = True,
     say: TextIO | None = None,
@@ -318,16 +350,28 @@ def score_examples(
     if floors.is_file():
         shutil.copyfile(floors, state_dir / NOISE_FILE)
     noise = load_noise_floor(state_dir, settings.box_name(), profile, settings.stats.default_noise_floor)
+    # An uncalibrated box gates with a 1% default floor, which a CPU's run-to-run noise exceeds: a
+    # no-op would be REJECTed by chance. So, unless told otherwise, the box measures its own noise
+    # first (A/A, main against itself) — only if some example is going to be measured at all.
+    calibrating = calibrate and not noise.calibrated and any(_measured(scratch, ex, settings) for ex in examples)
     forge = LocalForge(scratch)
     report = DemoReport(repo, source_sha, scratch, profile, noise, [])
     texts = _texts(settings)
-    say.write(render("demo_start.txt.j2", texts, report=report, examples=examples, noise_row=noise_text(noise)) + "\n")
+    say.write(render("demo_start.txt.j2", texts, report=report, examples=examples, noise_row=noise_text(noise),
+                     calibrating=calibrating) + "\n")
     say.flush()
+    if calibrating:
+        t0 = time.perf_counter()
+        floor, path = pipeline.calibrate(scratch, BASE_BRANCH, profile=profile, rounds=rounds, settings=settings,
+                                         progress=_Labelled(progress or NullProgress(), "A/A calibration"))
+        report.noise, report.calibration_seconds = floor, time.perf_counter() - t0
+        say.write(render_calibration(floor, path, texts) + "\n")
+        say.flush()
     factory = None
     if reverify:
         from evalbot.reverify_engine import engine_reverifier_factory
 
-        factory = engine_reverifier_factory(settings)
+        factory = _ClosingFactory(engine_reverifier_factory(settings))
     for i, ex in enumerate(examples, 1):
         pull = forge.open_pull(ex.branch, BASE_BRANCH, ex.title, author="evalbot-demo")
         if tell is not None:
@@ -335,10 +379,15 @@ def score_examples(
                               profile=profile).rstrip(), markup=False, highlight=False, soft_wrap=True)
         check_id = forge.start_check(pull.head_sha, CHECK_NAME, f"Scoring `{pull.head_sha[:12]}` against `{BASE_BRANCH}`…")
         t0 = time.perf_counter()
-        outcome = pipeline.score_refs(
-            scratch, BASE_BRANCH, ex.branch, profile=profile, settings=settings, pr_number=pull.number,
-            progress=_Labelled(progress or NullProgress(), ex.slug), reverifier_factory=factory,
-        )
+        try:
+            outcome = pipeline.score_refs(
+                scratch, BASE_BRANCH, ex.branch, profile=profile, rounds=rounds, settings=settings,
+                pr_number=pull.number, progress=_Labelled(progress or NullProgress(), ex.slug),
+                reverifier_factory=factory,
+            )
+        finally:
+            if factory is not None:
+                factory.close_all()
         published = pipeline.publish(outcome, forge, pull.number, settings, check_id=check_id)
         result = ExampleResult(ex, i, len(examples), pull.number, outcome, published, time.perf_counter() - t0,
                                verdict_matches(ex, outcome, settings))
@@ -358,6 +407,8 @@ def run_demo(
     work_dir: Path | None = None,
     keep: bool = False,
     only: str | None = None,
+    rounds: int | None = None,
+    calibrate: bool = True,
     settings: Settings | None = None,
     examples_dir: Path | None = None,
     progress: bool = True,
@@ -369,6 +420,8 @@ def run_demo(
     examples = load_examples(examples_dir or repo / EXAMPLES_DIR, only)
     profile = profile or default_profile()
     settings.profile(profile)  # an unknown profile fails now
+    if rounds is not None and rounds < 1:
+        raise EvalbotError("--rounds must be at least 1")
     for ex in examples:  # a stale patch fails now, before the clone
         apply_example(repo, "HEAD", ex, commit=False)
     scratch, temporary = _prepare_dir(work_dir)
@@ -377,8 +430,8 @@ def run_demo(
     report: DemoReport | None = None
     try:
         with RichProgress(enabled=progress) as bars:
-            report = score_examples(repo, scratch, examples, profile=profile, settings=settings, progress=bars,
-                                    reverify=reverify, tell=bars.console)
+            report = score_examples(repo, scratch, examples, profile=profile, settings=settings, rounds=rounds,
+                                    calibrate=calibrate, progress=bars, reverify=reverify, tell=bars.console)
         report.kept = keep
         sys.stdout.write(render("demo_summary.txt.j2", _texts(settings), report=report, dirty=dirty,
                                 duration=_duration(report.seconds)))

@@ -16,7 +16,8 @@ import pytest
 
 from evalbot import cli
 from evalbot.config import Settings
-from evalbot.demo import EXAMPLES_DIR, EXPECTATIONS, apply_example, load_example, load_examples, run_demo
+from evalbot.demo import (EXAMPLES_DIR, EXPECTATIONS, _measured, apply_example, clone_head, load_example, load_examples,
+                          run_demo)
 from evalbot.errors import EvalbotError
 from evalbot.forge.local import LocalForge
 
@@ -51,6 +52,16 @@ def test_the_examples_cover_every_kind_of_verdict():
                for e in examples]
     assert touched == [{"engine/dspark/drafter.py"}, {"kernels/greedy_commit.py"}, {"engine/generate.py"},
                        {"harness/prompts/prose.txt"}, {"docs/design.md"}]
+
+
+def test_only_the_harness_edit_goes_unmeasured(tmp_path):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    assert clone_head(REPO, scratch) == _head()
+    examples = load_examples(REPO / EXAMPLES_DIR)
+    for ex in examples:
+        apply_example(scratch, "main", ex)
+    assert [_measured(scratch, ex, _settings()) for ex in examples] == [True, True, True, False, True]
 
 
 def _example(root: Path, slug: str, readme: str, patch: str) -> Path:
@@ -112,6 +123,8 @@ def test_cli_registers_demo(capsys):
     assert "--only SLUG" in out and "--work-dir DIR" in out and "--keep" in out and "--profile" in out
     assert cli.main(["demo", "--repo", str(REPO), "--only", "nope"]) == cli.EXIT_USAGE
     assert "error: no example 'nope'" in capsys.readouterr().err
+    assert cli.main(["demo", "--repo", str(REPO), "--profile", "cpu", "--rounds", "0"]) == cli.EXIT_USAGE
+    assert "error: --rounds must be at least 1" in capsys.readouterr().err
 
 
 # -- end to end ----------------------------------------------------------------------------------
@@ -125,6 +138,7 @@ def test_demo_harness_edit_end_to_end(tmp_path, capsys):
     assert "[1/1] 04-harness-edit: not evaluated ✓" in out
     assert "reason: not evaluated: harness changed" in out
     assert "| 04-harness-edit | not evaluated | not evaluated | ✓ |" in out
+    assert "measures its own first" not in out  # nothing is measured, so no A/A calibration either
     assert f"evalbot status --repo {scratch}" in out
 
     # the scratch clone: main is the commit under test, plus one branch for the example
