@@ -21,7 +21,8 @@ README.md that starts with a front matter block naming its title and the verdict
 
 The examples are read from the repository's working tree; the code they patch is its committed
 HEAD. The box's noise floor (`.evalbot/noise-floor.json`, from `evalbot calibrate`) is carried into
-the scratch clone, so the demo's gates allow for the same noise as `evalbot score` would.
+the scratch clone, so the demo's gates allow for the same noise as `evalbot score` would; a box with
+no floor for the profile calibrates in the scratch clone first (A/A), unless `--no-calibrate`.
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ from evalbot.forge.base import CHECK_NAME
 from evalbot.forge.local import LocalForge
 from evalbot.noise import NOISE_FILE, NoiseFloor, load_noise_floor
 from evalbot.outcome import ScoreOutcome
-from evalbot.reverify import Reverifier, ReverifierFactory
 from evalbot.progress import RichProgress
+from evalbot.reverify import Reverifier, ReverifierFactory
 from evalbot.runner import NullProgress, ProgressSink
 from evalbot.scorecard import noise_text, render, render_calibration
 
@@ -314,10 +315,6 @@ def _duration(seconds: float) -> str:
     return f"{m}m{s:02d}s" if m else f"{s}s"
 
 
-def _texts(settings: Settings) -> Path | None:
-    return settings.templates_dir
-
-
 def _measured(repo: Path, example: Example, settings: Settings) -> bool:
     """Whether scoring the example measures anything (a PR that edits the harness is not measured)."""
     base = gitops.resolve(repo, BASE_BRANCH)
@@ -356,7 +353,7 @@ def score_examples(
     calibrating = calibrate and not noise.calibrated and any(_measured(scratch, ex, settings) for ex in examples)
     forge = LocalForge(scratch)
     report = DemoReport(repo, source_sha, scratch, profile, noise, [])
-    texts = _texts(settings)
+    texts = settings.templates_dir
     say.write(render("demo_start.txt.j2", texts, report=report, examples=examples, noise_row=noise_text(noise),
                      calibrating=calibrating) + "\n")
     say.flush()
@@ -433,8 +430,9 @@ def run_demo(
             report = score_examples(repo, scratch, examples, profile=profile, settings=settings, rounds=rounds,
                                     calibrate=calibrate, progress=bars, reverify=reverify, tell=bars.console)
         report.kept = keep
-        sys.stdout.write(render("demo_summary.txt.j2", _texts(settings), report=report, dirty=dirty,
-                                duration=_duration(report.seconds)))
+        sys.stdout.write(render("demo_summary.txt.j2", settings.templates_dir, report=report, dirty=dirty,
+                                duration=_duration(report.seconds),
+                                calibration=_duration(report.calibration_seconds or 0)))
         return EXIT_ALL_MATCHED if report.ok else EXIT_MISMATCH
     finally:
         if not keep:

@@ -181,9 +181,11 @@ def test_demo_removes_its_temporary_clone_unless_kept(tmp_path, monkeypatch, cap
 @pytest.mark.slow
 def test_lossy_example_is_rejected_by_the_losslessness_gate(tmp_path, capsys):
     """One real scoring on the cpu profile (~3-4 minutes on two cores): the real engine, harness and
-    reverifier; the shortcut that accepts every draft must be REJECTed as not lossless."""
+    reverifier; the shortcut that accepts every draft must be REJECTed as not lossless. No A/A
+    calibration first (that would double the time): the losslessness gate does not depend on noise."""
     scratch = tmp_path / "scratch"
-    code = run_demo(REPO, profile="cpu", work_dir=scratch, only="02-lossy-shortcut", settings=_settings(), progress=False)
+    code = run_demo(REPO, profile="cpu", work_dir=scratch, only="02-lossy-shortcut", settings=_settings(),
+                    calibrate=False, progress=False)
     out = capsys.readouterr().out
     assert code == 0, out
     assert "[1/1] 02-lossy-shortcut: eval-dspark:REJECT ✓" in out
