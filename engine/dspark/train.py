@@ -72,11 +72,15 @@ def tokenized_docs(tokenizer, files: list[Path], min_tokens: int) -> list[list[i
     return docs
 
 
-def make_prompts(tokenizer, docs: dict[str, list[list[int]]], n: int, length: int, chat_fraction: float, rng: random.Random) -> list[list[int]]:
+def make_prompts(tokenizer, docs: dict[str, list[list[int]]], n: int, length: int, chat_fraction: float, rng: random.Random,
+                 prose_share: float = 0.5) -> list[list[int]]:
     kinds = [k for k, v in docs.items() if v]
     prompts = []
     for i in range(n):
-        kind = kinds[i % len(kinds)]
+        if len(kinds) == 1:
+            kind = kinds[0]
+        else:
+            kind = "prose" if (i + 0.5) / n < prose_share else "code"  # exact shares within the batch
         doc = rng.choice(docs[kind])
         if rng.random() < chat_fraction:
             start = rng.randrange(0, max(1, len(doc) - length))
@@ -98,10 +102,16 @@ def make_prompts(tokenizer, docs: dict[str, list[list[int]]], n: int, length: in
 
 
 @torch.inference_mode()
-def generate_with_features(model: Transformer, prompts: list[list[int]], new_tokens: int, layers: tuple[int, ...], batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+def generate_with_features(model: Transformer, prompts: list[list[int]], new_tokens: int, layers: tuple[int, ...], batch: int,
+                           keep: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Greedy continuations (batched) and the residuals at `layers` for every position.
-    Returns tokens [N, L+G] int64 and features [N, L+G-1, n*D] bf16 (the last token is never a context)."""
+    Returns tokens [N, L+G] int64 and features [N, L+G-1, n*D] bf16 (the last token is never a context).
+    With `keep`, only the last `keep` prompt positions (plus the continuation) are returned: the drafter's
+    anchors lie in the continuation and see at most `window` context positions before them, so a long
+    prompt's head would only cost memory. RoPE is relative, so the shifted positions change nothing."""
     length = len(prompts[0])
+    start = max(0, length - keep) if keep else 0
+    batch = max(8, batch * 2048 // length) if length > 2048 else batch  # the KV cache of a long batch
     all_tokens, all_feats = [], []
     for b0 in range(0, len(prompts), batch):
         chunk = torch.tensor(prompts[b0 : b0 + batch], device=model.device)
@@ -117,8 +127,9 @@ def generate_with_features(model: Transformer, prompts: list[list[int]], new_tok
             feats.append(torch.cat(caps, -1).to(torch.bfloat16))
             nxt = logits[:, -1].argmax(-1, keepdim=True)
         toks.append(nxt)
-        all_tokens.append(torch.cat(toks, 1))
-        all_feats.append(torch.cat(feats, 1))
+        all_tokens.append(torch.cat(toks, 1)[:, start:])
+        all_feats.append(torch.cat(feats, 1)[:, start:])
+        del cache
     return torch.cat(all_tokens), torch.cat(all_feats)
 
 
@@ -181,6 +192,7 @@ def train(args) -> dict:
     def docs_for(pool: dict, length: int) -> dict:
         return {k: [d for d in v if len(d) > length] for k, v in pool.items()}
 
+    keep = args.window + 1  # prompt positions an anchor can see (see generate_with_features)
     buckets: dict[int, list] = {L: [] for L in lengths}
     data_deadline = args.total_budget * args.data_fraction
     n_batches = 0
@@ -193,19 +205,20 @@ def train(args) -> dict:
         pool = docs_for(train_docs, L)
         if not any(pool.values()):
             raise SystemExit(f"error: no training document is longer than {L} tokens")
-        prompts = make_prompts(loaded.tokenizer, pool, args.gen_batch, L, args.chat_fraction, rng)
+        prompts = make_prompts(loaded.tokenizer, pool, args.gen_batch, L, args.chat_fraction, rng, args.prose_share)
         t0 = time.perf_counter()
-        buckets[L].append(generate_with_features(target, prompts, args.gen_tokens, layers, args.gen_batch))
+        buckets[L].append(generate_with_features(target, prompts, args.gen_tokens, layers, args.gen_batch, keep))
         n_batches += 1
         log(f"generated {len(prompts)} x ({L} + {args.gen_tokens}) tokens in {time.perf_counter() - t0:.1f}s")
-    train_sets = [(L, torch.cat([t for t, _ in parts]), torch.cat([f for _, f in parts])) for L, parts in buckets.items() if parts]
+    # (prompt length as kept, tokens, features): anchors start at the last prompt position
+    train_sets = [(min(L, keep), torch.cat([t for t, _ in parts]), torch.cat([f for _, f in parts])) for L, parts in buckets.items() if parts]
     n_seqs = sum(t.shape[0] for _, t, _ in train_sets)
-    eval_sets = []
+    eval_sets = []  # per prompt length and kind of text, so the card says how prose and code differ
     for L in lengths:
-        pool = docs_for(eval_docs, L)
-        if any(pool.values()):
-            prompts = make_prompts(loaded.tokenizer, pool, args.eval_seqs, L, 0.0, rng)
-            eval_sets.append((L, *generate_with_features(target, prompts, args.gen_tokens, layers, args.gen_batch)))
+        for kind, kind_docs in docs_for(eval_docs, L).items():
+            if kind_docs:
+                prompts = make_prompts(loaded.tokenizer, {kind: kind_docs}, args.eval_seqs // 2, L, 0.0, rng)
+                eval_sets.append((L, kind, min(L, keep), *generate_with_features(target, prompts, args.gen_tokens, layers, args.gen_batch, keep)))
     data_s = time.perf_counter() - t_begin
     log(f"data: {n_seqs} training sequences in {data_s:.0f}s")
 
@@ -213,7 +226,7 @@ def train(args) -> dict:
     params = [p for p in module.parameters() if p.requires_grad]
     n_params = sum(p.numel() for p in params)
     opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.95), weight_decay=args.weight_decay)
-    max_len = max(lengths) + args.gen_tokens + cfg.block_size + 1
+    max_len = max(t.shape[1] for _, t, _ in train_sets) + cfg.block_size + 1
     cos, sin = rope_for(cfg, max_len, dev)
     pw = position_weights(cfg.proposals, args.decay, dev)
     autocast = torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda")
@@ -255,14 +268,14 @@ def train(args) -> dict:
     module.eval()
     ev = []
     with torch.no_grad(), autocast:
-        for L, toks, feats in eval_sets:
+        for L, kind, L_kept, toks, feats in eval_sets:
             parts = []
             for i in range(0, toks.shape[0], 8):  # small chunks: the logits of a chunk are [8, A, 6, V]
                 t_c, f_c = toks[i : i + 8], feats[i : i + 8]
-                anchors = sample_anchors(t_c.shape[0], L - 1, t_c.shape[1] - cfg.block_size, args.anchors, dev, gen)
+                anchors = sample_anchors(t_c.shape[0], L_kept - 1, t_c.shape[1] - cfg.block_size, args.anchors, dev, gen)
                 parts.append(batch_loss(module, t_c, f_c, anchors, cos, sin, pw, args.conf_weight)[1])
             m = {k: sum(p[k] for p in parts) / len(parts) for k in parts[0]}
-            m["prompt_len"] = L
+            m["prompt_len"], m["kind"] = L, kind
             ev.append(m)
     size = (out / "drafter.safetensors").stat().st_size
     card = {
@@ -270,11 +283,13 @@ def train(args) -> dict:
         "config": cfg.to_dict(), "parameters": n_params, "file_bytes": size,
         "data": {"code_docs": len(docs["code"]), "prose_docs": len(docs["prose"]), "held_out_docs": {k: len(v) for k, v in eval_docs.items()},
                  "prompt_lens": lengths, "sequences": n_seqs,
-                 "gen_tokens": args.gen_tokens, "chat_fraction": args.chat_fraction, "excluded": sorted(EXCLUDED_NAMES)},
+                 "gen_tokens": args.gen_tokens, "chat_fraction": args.chat_fraction, "prose_share": args.prose_share, "excluded": sorted(EXCLUDED_NAMES)},
         "training": {"steps": step, "batch": args.batch, "anchors": args.anchors, "lr": args.lr, "decay": args.decay,
                      "data_seconds": round(data_s, 1), "train_seconds": round(train_s, 1), "total_seconds": round(time.perf_counter() - t_begin, 1)},
         "history": history, "eval": ev,
         "eval_tau_teacher_forced": (1 + sum(e["accept"] for e in ev) / len(ev)) if ev else None,
+        "eval_tau_teacher_forced_by_kind": {k: 1 + sum(e["accept"] for e in ev if e["kind"] == k) / max(1, sum(e["kind"] == k for e in ev))
+                                            for k in sorted({e["kind"] for e in ev})},
         "command": " ".join(sys.argv),
     }
     (out / "training.json").write_text(json.dumps(card, indent=2) + "\n")
@@ -300,6 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--data-fraction", type=float, default=0.4, help="share of --total-budget for generating data")
     ap.add_argument("--gen-batch", type=int, default=512)
     ap.add_argument("--chat-fraction", type=float, default=0.1)
+    ap.add_argument("--prose-share", type=float, default=0.5, help="share of training prompts cut from prose (the rest code)")
     ap.add_argument("--eval-fraction", type=float, default=0.05, help="share of documents held out for evaluation")
     ap.add_argument("--eval-seqs", type=int, default=128, help="held-out sequences per prompt length")
     ap.add_argument("--batch", type=int, default=32)
