@@ -20,6 +20,7 @@ from typing import NoReturn
 from rich.console import Console
 from rich.table import Table
 
+from evalbot.hardening import make_undumpable
 from evalbot import gitops, pipeline, receipt
 from evalbot.config import Settings, load_settings
 from evalbot.demo import run_demo
@@ -335,12 +336,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Commands that start harness children from a checkout of untrusted code.
+RUNS_PR_CODE = {"score", "calibrate", "demo"}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in DELEGATED:
         return int(importlib.import_module(DELEGATED[argv[0]][0]).main(argv[1:]))
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command in RUNS_PR_CODE:
+        make_undumpable()  # PR code runs as our user unless a sandbox user is set: keep our memory from it
     try:
         return int(args.func(args))
     except EvalbotError as e:

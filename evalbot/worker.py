@@ -30,6 +30,7 @@ from typing import Any
 
 from huey.exceptions import RetryTask
 
+from evalbot.hardening import make_undumpable
 from evalbot import automerge
 from evalbot.forge.base import CHECK_NAME, NEEDS_REBASE_LABEL, TIER_LABEL_PREFIXES, Forge
 from evalbot.jobs.boxlock import BoxLock
@@ -590,6 +591,7 @@ def build_worker(settings: BotSettings, queue: JobQueue | None = None, *, forge_
 def run_worker(settings: BotSettings, *, burst: bool = False) -> int:
     worker = build_worker(settings)
     scrub_secrets_from_environment()
+    make_undumpable()  # the token stays in /proc/<pid>/environ and memory: close both to PR code
     config = worker.config
     worker.queue.recover(config.box_id, config.box_lock_path, config.stale_after_seconds)
     if burst:
