@@ -29,7 +29,7 @@ from evalbot.outcome import ReceiptInfo, RunSummary, ScoreOutcome
 from evalbot.reverify import ReverifierFactory, reverify_streams
 from evalbot.runner import HarnessRunner, ProgressSink, RunRecord
 from evalbot.scorecard import check_report, render_scorecard
-from evalbot.stats import max_abs_deviation, paired_ratios
+from evalbot.stats import max_abs_deviation, median, paired_ratios
 from evalbot.verdict import Verdict, decide, infrastructure_error, not_evaluated_harness_changed
 
 
@@ -198,30 +198,32 @@ def _measure(
 
 def noise_from_aa(records: list[RunRecord], *, box: str, profile: str, rounds: int, base_sha: str,
                   margin: float) -> NoiseFloor:
-    """Largest |ratio - 1| per metric over A/A rounds (times `margin`): pure."""
+    """The box's noise floor from A/A rounds (times `margin`): pure.
+
+    Each metric's floor is the deviation from 1 of the very statistic its gate or tier reads, taken
+    on the A/A runs through the same `summarize` a score uses: the DSpark speedup (median over rounds
+    of the per-round geomean over contexts), each context's median AR ratio, each guard's median
+    decode and prefill ratio; the largest over contexts or guards. A floor taken from single runs
+    instead would hold a median of several rounds to the noise of one run: on a noisy box it would
+    hide every real change. The wall-time floor stays per run: the wall-clock cross-check looks at
+    single runs.
+    """
+    m = summarize(records, profile=profile, rounds=rounds, requested_reps=0,
+                  noise=NoiseFloor.default(box, profile, 0.0))
+    ar = [median(c.ar_ratios) for c in m.contexts if c.ar_ratios]
+    gdec = [median(g.decode_ratios) for g in m.guards if g.decode_ratios]
+    gpre = [median(g.prefill_ratios) for g in m.guards if g.prefill_ratios]
+    wall = []
     by = {(r.round, r.ref, r.program): r for r in records}
-    dspark, ar, gdec, gpre, wall = [], [], [], [], []
     for rnd in range(rounds):
         a, b = by.get((rnd, "base", "tau_check")), by.get((rnd, "head", "tau_check"))
         if a and b:
-            la = {x.context_key: x for x in a.tau_lines()}
-            lb = {x.context_key: x for x in b.tau_lines()}
-            for k in la.keys() & lb.keys():
-                dspark += paired_ratios([lb[k].dspark_tps], [la[k].dspark_tps])
-                ar += paired_ratios([lb[k].ar_tps], [la[k].ar_tps])
             wall += paired_ratios([b.wall_s], [a.wall_s])
-        ga, gb = by.get((rnd, "base", "guard")), by.get((rnd, "head", "guard"))
-        if ga and gb:
-            la_g = {x.guard: x for x in ga.guard_lines()}
-            lb_g = {x.guard: x for x in gb.guard_lines()}
-            for k in la_g.keys() & lb_g.keys():
-                gdec += paired_ratios([lb_g[k].decode_tps], [la_g[k].decode_tps])
-                gpre += paired_ratios([lb_g[k].prefill_tps], [la_g[k].prefill_tps])
-    if not (dspark and ar and gdec and gpre and wall):
+    if not (m.speedup_rounds and ar and gdec and gpre and wall):
         raise EvalbotError("calibration produced no paired measurements")
     return NoiseFloor(
         box=box, profile=profile, calibrated=True, rounds=rounds, base_sha=base_sha, measured_at=utc_now(),
-        dspark_decode=margin * max_abs_deviation(dspark), ar_decode=margin * max_abs_deviation(ar),
+        dspark_decode=margin * max_abs_deviation([median(m.speedup_rounds)]), ar_decode=margin * max_abs_deviation(ar),
         guard_decode=margin * max_abs_deviation(gdec), guard_prefill=margin * max_abs_deviation(gpre),
         tau_check_wall=margin * max_abs_deviation(wall),
     )

@@ -7,12 +7,15 @@ from pathlib import Path
 import pytest
 
 from evalbot import pipeline
-from evalbot.config import IntegritySettings, ProfileSettings, ProgramTimeouts, Settings
+from evalbot.config import IntegritySettings, ProfileSettings, ProgramTimeouts, Settings, Thresholds
 from evalbot.errors import EvalbotError, GitError, HarnessPinError
 from evalbot.forge.local import LocalForge
+from evalbot.gates import gate_ar, gate_guards
+from evalbot.measurements import summarize
 from evalbot.noise import load_noise_floor
 from evalbot.receipt import verify_file
 from evalbot.runner import build_schedule
+from evalbot.testing import builders as b
 from evalbot.testing import make_fake_repo
 
 FAST = {"dspark_speed": 2.5}
@@ -374,3 +377,38 @@ def test_publish_not_evaluated_clears_tier_labels(repo):
     assert forge.get_pull(1).labels == []
     assert "harness changed" in forge.comments(1)[0]["body"]
     assert forge.checks(out.head_sha)[0]["conclusion"] == "neutral"
+
+
+# -- the A/A floor is the noise of the statistic each gate reads ----------------------------------------
+
+def _aa_records(rows):
+    """rows: per round (base_dspark, head_dspark, base_ar, head_ar, base_guard, head_guard), two prompts."""
+    recs = []
+    for rnd, (bd, hd, ba, ha, bg, hg) in enumerate(rows):
+        for ref, d, a, g in (("base", bd, ba, bg), ("head", hd, ha, hg)):
+            lines = [b.tau_line(prompt=p, ctx=128, dspark_tps=d * f, ar_tps=a * f) for p, f in (("code", 1.0), ("prose", 1.1))]
+            recs.append(b.record("tau_check", ref, rnd, lines, wall_s=30.0))
+            recs.append(b.record("guard", ref, rnd, [b.guard_line(decode_tps=g, prefill_tps=10 * g)]))
+    return recs
+
+
+def test_aa_floor_is_taken_on_the_gated_statistics_not_single_runs():
+    # round 0: head 20% fast, round 1: head 10% slow (a noisy CPU box). Single runs stray 20%; the
+    # medians over rounds, which the tier and the gates read, stray 4.5% (DSpark), 5% (AR), 5% (guard).
+    rows = [(10.0, 12.0, 10.0, 12.0, 100.0, 120.0), (10.0, 9.0, 10.0, 9.0, 100.0, 90.0)]
+    floor = pipeline.noise_from_aa(_aa_records(rows), box="b", profile="cpu", rounds=2, base_sha="0" * 40, margin=1.5)
+    speedup_median = ((1.2 * 1.2) ** 0.5 + (0.9 * 0.9) ** 0.5) / 2  # per-round geomeans 1.2 and 0.9
+    assert floor.dspark_decode == pytest.approx(1.5 * abs(speedup_median - 1))
+    assert floor.ar_decode == pytest.approx(1.5 * abs((1.2 + 0.9) / 2 - 1))
+    assert floor.guard_decode == pytest.approx(1.5 * 0.05) and floor.guard_prefill == pytest.approx(1.5 * 0.05)
+    assert floor.tau_check_wall == pytest.approx(0.0)
+    # the same A/A data then neither rejects nor wins a tier
+    m = summarize(_aa_records(rows), profile="cpu", rounds=2, requested_reps=3, noise=floor)
+    assert gate_ar(m, Thresholds()).status == "pass"
+    assert all(g.status == "pass" for g in gate_guards(m, Thresholds()))
+
+
+def test_aa_floor_needs_paired_rounds():
+    recs = [r for r in _aa_records([(10, 10, 10, 10, 100, 100)]) if r.ref == "base"]
+    with pytest.raises(EvalbotError, match="no paired measurements"):
+        pipeline.noise_from_aa(recs, box="b", profile="cpu", rounds=1, base_sha="0" * 40, margin=1.5)

@@ -143,6 +143,31 @@ def test_a_crash_mid_run_exits_nonzero_with_no_result_line(tmp_path):
 
 
 @pytest.mark.slow
+def test_nondeterministic_ar_is_an_error_not_a_result(tmp_path):
+    """AR is timed over `reps` runs; a run that disagrees with the reference stream means the engine
+    is not deterministic, and no losslessness can be claimed against it."""
+    (tmp_path / "sitecustomize.py").write_text(textwrap.dedent("""
+        import engine.generate as g
+        _orig = g.Engine.generate
+        calls = {"ar": 0}
+        def generate(self, *a, **k):
+            out = _orig(self, *a, **k)
+            if not k.get("dspark"):
+                calls["ar"] += 1
+                if calls["ar"] == 3:  # warm-up, reference, then this one
+                    out.tokens[2] = (out.tokens[2] + 1) % 1000
+            return out
+        g.Engine.generate = generate
+    """))
+    p = run_harness("harness.tau_check", "--profile", "cpu", "--contexts", "40", "--prompts", "code", "--reps", "2",
+                    "--new-tokens", "4", env_extra={"PYTHONPATH": str(tmp_path)})
+    assert p.returncode != 0
+    lines = [json.loads(x) for x in p.stdout.splitlines() if x.strip()]
+    assert [ln["kind"] for ln in lines] == ["error"]
+    assert "AR decode is not deterministic" in lines[0]["reason"] and "at token 2" in lines[0]["reason"]
+
+
+@pytest.mark.slow
 def test_a_lossy_engine_reads_as_lossy(bundled, monkeypatch):
     """Commit every draft without checking it (the shortcut a fast-but-wrong PR takes): the harness
     must report lossless = false, and the run is still a full result (not an error)."""
