@@ -11,6 +11,7 @@ import argparse
 import importlib
 import json
 import os
+import signal
 import sys
 import traceback
 from collections.abc import Sequence
@@ -336,6 +337,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _terminated(signum, frame):
+    raise KeyboardInterrupt
+
+
 # Commands that start harness children from a checkout of untrusted code.
 RUNS_PR_CODE = {"score", "calibrate", "demo"}
 
@@ -348,6 +353,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command in RUNS_PR_CODE:
         make_undumpable()  # PR code runs as our user unless a sandbox user is set: keep our memory from it
+        signal.signal(signal.SIGTERM, _terminated)  # unwind: harness children and worktrees are cleaned up
     try:
         return int(args.func(args))
     except EvalbotError as e:

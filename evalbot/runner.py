@@ -205,6 +205,12 @@ def run_process(argv: Sequence[str], cwd: Path, env: Mapping[str, str], timeout:
             timed_out = True
             _kill_group(proc.pid)
             proc.wait()
+        except BaseException:  # interrupted (Ctrl-C, SIGTERM via the CLI): take the child down with us
+            _kill_group(proc.pid)
+            proc.wait()
+            if sandbox is not None and sandbox.user:
+                kill_user_processes(sandbox.user)
+            raise
         wall = time.perf_counter() - start
         _kill_group(proc.pid)  # stragglers must not run into the next measurement
         if sandbox is not None and sandbox.user:

@@ -147,3 +147,37 @@ def test_sandbox_configuration_errors():
         sandbox_prefix(Sandbox(user="no-such-user-here"))
     with _pytest.raises(EvalbotError, match="needs sandbox.user"):
         sandbox_prefix(Sandbox(no_network=True))
+
+
+def test_an_interrupted_run_takes_its_child_group_down(tmp_path):
+    """Ctrl-C or SIGTERM (the CLI turns it into KeyboardInterrupt) while a harness child runs: the
+    child's whole process group is killed before the exception goes on, nothing keeps running."""
+    import os
+    import signal as _signal
+
+    import pytest
+
+    pidfile = tmp_path / "pid"
+    code = f"sleep 30 & echo $$ > {pidfile}; wait"
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    old = _signal.signal(_signal.SIGALRM, interrupt)
+    _signal.setitimer(_signal.ITIMER_REAL, 1.0)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_process(["sh", "-c", code], tmp_path, {"PATH": "/usr/bin:/bin"}, 60, tmp_path)
+    finally:
+        _signal.setitimer(_signal.ITIMER_REAL, 0)
+        _signal.signal(_signal.SIGALRM, old)
+    pgid = int(pidfile.read_text())
+    deadline = time.time() + 5
+    while time.time() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("the child's process group outlived the interrupted run")
