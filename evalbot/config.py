@@ -99,7 +99,7 @@ class StatsSettings(_Strict):
     confidence: float = 0.95
     # Used for every metric until `evalbot calibrate` has measured this box and profile.
     default_noise_floor: float = 0.01
-    # The stored floor is the largest A/A deviation seen times this margin: a later A/A run may
+    # The stored floor is the A/A deviation of each gated statistic times this margin: a later A/A run may
     # stray a little further than the calibration rounds did.
     noise_margin: float = 1.5
 

@@ -1,7 +1,8 @@
 """The noise floor of a box: how far PR/main ratios stray when PR *is* main (A/A).
 
-`evalbot calibrate` runs base against itself and keeps, per metric, the largest |ratio - 1| it
-saw, in `.evalbot/noise-floor.json`, keyed by box and profile. Gates subtract it from their bars
+`evalbot calibrate` runs base against itself and keeps, per metric, how far from 1 the statistic
+its gate reads strayed (times a margin; `pipeline.noise_from_aa`), in `.evalbot/noise-floor.json`,
+keyed by box and profile. Gates subtract it from their bars
 and the tier needs the speedup's CI to clear it, so an A/A run never REJECTs and never wins a tier.
 """
 
