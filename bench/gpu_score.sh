@@ -3,6 +3,7 @@
 # no-op PR against main, then `evalbot calibrate` (A/A) with the time left. The working tree is
 # committed into a scratch git repo (the device copy has no .git). Needs .whl carried, the model staged.
 set -uo pipefail
+command -v git >/dev/null || { echo "gpu_score: no git on this machine (evalbot score needs a git repo)"; exit 1; }
 [ -n "${NO_PIP:-}" ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade .whl/*.whl >/dev/null 2>&1
 export PYTHONUNBUFFERED=1 DSPARK_MODEL_CACHE=${DSPARK_MODEL_CACHE:-/root/devstage} EVALBOT_BOX=h200
 OUT=${OUT:-/tmp/out}; mkdir -p $OUT
