@@ -319,6 +319,11 @@ class Worker:
         return "scored"
 
     def _start_check(self, forge: Forge, record: JobRecord) -> str:
+        if not self.ledger.claim_check(record.key, self.config.worker_id):
+            # another worker created it (its id is in the ledger) or is creating it right now; with
+            # no id the publisher creates one at the end rather than risk a duplicate now
+            latest = self.ledger.get(record.key)
+            return latest.check_id if latest is not None else ""
         try:
             check_id = forge.start_check(record.head_sha, CHECK_NAME, render("gh_check_queued.md.j2", **_job_context(record)))
         except Exception as exc:  # the check run is a courtesy; the verdict does not depend on it

@@ -143,3 +143,14 @@ def test_box_lock_excludes_threads_and_processes(tmp_path):
     assert second.try_acquire()
     second.release()
     first.release()  # releasing twice is harmless
+
+
+
+def test_one_creator_per_check_run_until_the_job_is_reopened(ledger):
+    assert ledger.submit(JOB, 1.0)
+    assert ledger.claim_check(JOB.key, "box-a")
+    assert not ledger.claim_check(JOB.key, "box-b")  # a second box must not create another
+    assert ledger.claim(JOB.key, "box-a", 2.0)
+    assert ledger.finish(JOB.key, DONE, 3.0, worker_id="box-a")
+    assert ledger.submit(JOB, 4.0, force=True)  # /rescore re-opens it: a fresh check run
+    assert ledger.claim_check(JOB.key, "box-b")

@@ -123,13 +123,16 @@ class Ledger:
             return True
         if not force:
             return False
-        return self._update(
+        reopened = self._update(
             job.key,
             {"state": FINISHED},
             {"state": QUEUED, "attempts": "0", "worker_id": "", "outcome": "", "publish_attempts": "0",
              "note": f"re-opened: {job.reason}", "reason": job.reason, "requested_by": job.requested_by,
              "check_id": "", "updated_at": repr(now)},
         )
+        if reopened:
+            self._kv_delete("check", job.key)  # the re-opened job gets a check run of its own
+        return reopened
 
     def claim(self, key: str, worker_id: str, now: float) -> bool:
         return self._update(
@@ -168,6 +171,11 @@ class Ledger:
 
     def set_check_id(self, key: str, check_id: str) -> bool:
         return self._update(key, {"state": STATES}, {"check_id": check_id})
+
+    def claim_check(self, key: str, owner: str) -> bool:
+        """Whether `owner` is the one to create this job's check run (atomic, across boxes): a queued
+        announcement on one box and the job starting on another must not both create one."""
+        return self._kv_insert("check", key, owner)
 
     def requeue_stale(self, now: float, stale_after: float) -> list[str]:
         """running jobs whose worker stopped beating -> queued. Returns the keys to enqueue again."""

@@ -214,11 +214,13 @@ class FakeGitHub:
                     return await self.inner(scope, receive, send)
                 request = Request(scope)
                 method, path = request.method, request.url.path
-                status_holder = {}
 
                 async def send_logged(message):
+                    # Log before the first byte leaves: a client that counts requests right after
+                    # its call returns must see this one (logging after the response raced it).
                     if message["type"] == "http.response.start":
-                        status_holder["status"] = message["status"]
+                        with fake.lock:
+                            fake.requests.append((method, path, message["status"]))
                     await send(message)
 
                 token = request.headers.get("authorization", "").split(" ", 1)[-1]
@@ -231,8 +233,6 @@ class FakeGitHub:
                     await response(scope, receive, send_logged)
                 else:
                     await self.inner(scope, receive, send_logged)
-                with fake.lock:
-                    fake.requests.append((method, path, status_holder.get("status", 0)))
 
         return Gate(app)
 
