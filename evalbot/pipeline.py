@@ -29,7 +29,7 @@ from evalbot.outcome import ReceiptInfo, RunSummary, ScoreOutcome
 from evalbot.reverify import ReverifierFactory, reverify_streams
 from evalbot.runner import HarnessRunner, ProgressSink, RunRecord
 from evalbot.scorecard import check_report, render_scorecard
-from evalbot.stats import max_abs_deviation, median, paired_ratios
+from evalbot.stats import max_abs_deviation, median
 from evalbot.verdict import Verdict, decide, infrastructure_error, not_evaluated_harness_changed
 
 
@@ -213,17 +213,12 @@ def noise_from_aa(records: list[RunRecord], *, box: str, profile: str, rounds: i
     ar = [median(c.ar_ratios) for c in m.contexts if c.ar_ratios]
     gdec = [median(g.decode_ratios) for g in m.guards if g.decode_ratios]
     gpre = [median(g.prefill_ratios) for g in m.guards if g.prefill_ratios]
-    wall = []
-    by = {(r.round, r.ref, r.program): r for r in records}
-    for rnd in range(rounds):
-        a, b = by.get((rnd, "base", "tau_check")), by.get((rnd, "head", "tau_check"))
-        if a and b:
-            wall += paired_ratios([b.wall_s], [a.wall_s])
+    wall = [w.pr_wall_s / w.main_wall_s for w in m.walls if w.pr_wall_s and w.main_wall_s]
     if not (m.speedup_rounds and ar and gdec and gpre and wall):
         raise EvalbotError("calibration produced no paired measurements")
     return NoiseFloor(
         box=box, profile=profile, calibrated=True, rounds=rounds, base_sha=base_sha, measured_at=utc_now(),
-        dspark_decode=margin * max_abs_deviation([median(m.speedup_rounds)]), ar_decode=margin * max_abs_deviation(ar),
+        dspark_decode=margin * abs(median(m.speedup_rounds) - 1.0), ar_decode=margin * max_abs_deviation(ar),
         guard_decode=margin * max_abs_deviation(gdec), guard_prefill=margin * max_abs_deviation(gpre),
         tau_check_wall=margin * max_abs_deviation(wall),
     )
