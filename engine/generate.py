@@ -8,42 +8,20 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
+from engine.dspark.speculate import generate_dspark
 from engine.errors import ContextOverflowError, EngineError
-from engine.graphs import Replayable
 from engine.loader import LoadedModel, load_model
-from engine.model import STEP_ROWS, KVCache, StepIO, Transformer
+from engine.model import STEP_ROWS, Transformer
 from engine.sampling import SamplingParams, sample
-from kernels.greedy_commit import STATE_BASE, STATE_COMMITTED, STATE_SIZE
+from engine.session import GenerationResult, Session, first_eos, sampling_generator
+from kernels.greedy_commit import STATE_BASE, STATE_COMMITTED
 
 CHECK_EVERY = 16
 CAPACITY_MARGIN = 16  # the padded / draft rows may write up to 15 positions past the last token
-
-
-@dataclass
-class GenerationResult:
-    tokens: list[int]
-    prompt_tokens: int
-    prefill_s: float
-    decode_s: float
-    stop_reason: str  # "eos" | "length"
-    mode: str = "ar"
-    stats: dict = field(default_factory=dict)
-
-    @property
-    def decode_tps(self) -> float:
-        # Generated tokens over the time from the end of the prefill to the last token (the first
-        # token's logits come from the prefill; choosing it is inside decode_s).
-        n = len(self.tokens)
-        return n / self.decode_s if self.decode_s > 0 and n > 0 else 0.0
-
-    @property
-    def prefill_tps(self) -> float:
-        return self.prompt_tokens / self.prefill_s if self.prefill_s > 0 else 0.0
 
 
 def pick_device(requested: str | None = None) -> torch.device:
@@ -51,54 +29,6 @@ def pick_device(requested: str | None = None) -> torch.device:
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise EngineError("CUDA was requested but no CUDA device is available")
     return torch.device(name)
-
-
-class Session:
-    """Everything sized by one capacity: the KV cache, the step's static inputs and its graphs."""
-
-    def __init__(self, model: Transformer, capacity: int, capture_layers: tuple[int, ...], use_graphs: bool, split: int | None):
-        self.model = model
-        self.capacity = capacity
-        self.capture_layers = capture_layers
-        self.use_graphs = use_graphs
-        self.cache: KVCache = model.new_cache(capacity)
-        self.io = StepIO(model, capacity, capture_layers, split)
-        self.out_tokens = torch.zeros(capacity + STEP_ROWS, dtype=torch.int64, device=model.device)
-        self.state = torch.zeros(STATE_SIZE, dtype=torch.int64, device=model.device)
-        self._steps: dict[tuple[int, bool], Replayable] = {}
-        self.extras: dict[str, object] = {}  # e.g. the DSpark drafter's own session
-
-    def step(self, m: int, commit: bool) -> Replayable:
-        """The step over m rows, optionally followed by the greedy commit; captured on first use."""
-        key = (m, commit)
-        if key not in self._steps:
-            model, io, cache = self.model, self.io, self.cache
-
-            def run() -> None:
-                model.step(io, m, cache)
-                if commit:
-                    model.ops.greedy_commit(io.logits, io.tokens, io.positions, io.kv_end, self.out_tokens, self.state, m)
-
-            with self.preserved():
-                self._steps[key] = Replayable(run, model.device, self.use_graphs)
-        return self._steps[key]
-
-    def preserved(self):
-        """Capturing runs the work once for real: keep the step's inputs and outputs as they were."""
-        return _Preserve([self.io.tokens, self.io.positions, self.io.kv_start, self.io.kv_end, self.out_tokens, self.state])
-
-
-class _Preserve:
-    def __init__(self, tensors: list[torch.Tensor]):
-        self.tensors = tensors
-
-    def __enter__(self):
-        self.saved = [t.clone() for t in self.tensors]
-
-    def __exit__(self, *exc):
-        for t, s in zip(self.tensors, self.saved):
-            t.copy_(s)
-        return False
 
 
 class Engine:
@@ -177,8 +107,6 @@ class Engine:
         if dspark:
             if self.drafter is None:
                 raise EngineError("DSpark needs a drafter: load one with engine.dspark.attach_drafter()")
-            from engine.dspark.speculate import generate_dspark
-
             return generate_dspark(self, prompt_ids, max_new_tokens, sampling, stop_at_eos)
         return self._generate_ar(prompt_ids, max_new_tokens, sampling, stop_at_eos)
 
@@ -235,7 +163,7 @@ class Engine:
         s = self.session(len(prompt_ids), max_new)
         greedy = sampling.greedy
         run = s.step(1, commit=greedy)  # captured before any real state is in place
-        gen = _generator(sampling, self.device)
+        gen = sampling_generator(sampling, self.device)
         with torch.inference_mode():
             last_logits, _, prefill_s = self.prefill(s, prompt_ids)
             t0 = time.perf_counter()
@@ -258,28 +186,14 @@ class Engine:
                         s.io.kv_end.add_(1)
                     committed += 1
                 if eos:
-                    eos_at = _first_eos(s.out_tokens[:committed].tolist(), eos)
+                    eos_at = first_eos(s.out_tokens[:committed].tolist(), eos)
             self.sync()
             decode_s = time.perf_counter() - t0
             tokens = s.out_tokens[:committed].tolist()
         if greedy:
             assert int(s.state[STATE_COMMITTED]) == committed and int(s.state[STATE_BASE]) == base + committed - 1
-        eos_at = _first_eos(tokens, self._eos()) if stop_at_eos else None
+        eos_at = first_eos(tokens, self._eos()) if stop_at_eos else None
         if eos_at is not None:
             tokens = tokens[: eos_at + 1]
         return GenerationResult(tokens, len(prompt_ids), prefill_s, decode_s, "eos" if eos_at is not None else "length")
 
-
-def _first_eos(tokens: list[int], eos: set[int]) -> int | None:
-    for i, t in enumerate(tokens):
-        if t in eos:
-            return i
-    return None
-
-
-def _generator(sampling: SamplingParams, device: torch.device) -> torch.Generator | None:
-    if sampling.greedy:
-        return None
-    g = torch.Generator(device=device)
-    g.manual_seed(sampling.seed)
-    return g

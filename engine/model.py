@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.config import ModelConfig
-from engine.rope import rope_tables
+from engine.rope import apply_rope, rope_tables
 from kernels.decode_attention import AttentionWorkspace, attention_reference, attention_triton, default_split
 from kernels.embedding import embedding_reference, embedding_triton
 from kernels.fused_linear import fused_linear_reference, fused_linear_triton
@@ -56,7 +56,6 @@ class Ops:
         self.fused_linear = fused_linear_triton if t else fused_linear_reference
         self.qkv_rope = qkv_rope_triton if t else qkv_rope_reference
         self.greedy_commit = greedy_commit_triton if t else greedy_commit_reference
-        self._attention = attention_triton if t else attention_reference
 
     def attention(self, q, k_cache, v_cache, kv_start, kv_end, workspace):
         if self.backend == "triton":
@@ -157,8 +156,8 @@ class Transformer:
             if c.qk_norm:
                 q = rmsnorm_reference(q, lw.q_norm, c.norm_eps, out_dtype=self.dtype)
                 k = rmsnorm_reference(k, lw.k_norm, c.norm_eps, out_dtype=self.dtype)
-            q = _rope(q, cos, sin)
-            k = _rope(k, cos, sin)
+            q = apply_rope(q, cos, sin)
+            k = apply_rope(k, cos, sin)
             q, k, v = (z.transpose(1, 2) for z in (q, k, v))  # [B, heads, T, D]
             if cache is not None:
                 cache.k[i, :b, :, start:end] = k
@@ -216,15 +215,6 @@ class Transformer:
             ops.fused_linear(x, self.lm_head, norm_weight=self.norm, eps=c.norm_eps, out=io.logits[:rows])
         else:
             io.logits[:rows].copy_(ops.fused_linear(x, self.lm_head, norm_weight=self.norm, eps=c.norm_eps, out_dtype=torch.float32))
-
-
-def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x [B, T, heads, D] in rotate-half layout; cos/sin [T, D/2]. float32 math."""
-    half = x.shape[-1] // 2
-    x1, x2 = x[..., :half].float(), x[..., half:].float()
-    c = cos[None, :, None, :]
-    s = sin[None, :, None, :]
-    return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1).to(x.dtype)
 
 
 class StepIO:

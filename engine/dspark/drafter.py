@@ -105,6 +105,7 @@ class DrafterRuntime:
         a, b = w["markov_a"].to(dev, torch.float32), w["markov_b"].to(dev, torch.float32)
         self.markov_u = (target.lm_head.float() @ b).to(dt).contiguous()  # [V, r]
         self.markov_v = (target.embed.float() @ a.t()).to(dt).contiguous()  # [V, r]
+        self.markov_u_f32 = self.markov_u.float()  # the first draft's full-vocabulary bias, without a cast per step
         self.conf_w = f32(w["conf_w"])
         self.conf_a = f32(w["conf_a"]).reshape(())
         self.conf_b = f32(w["conf_b"]).reshape(())
@@ -173,7 +174,10 @@ class DrafterRuntime:
         # The first draft's Markov bias comes from the last committed token, known before drafting:
         # add it over the whole vocabulary (the bias is large; a top-8 re-rank missed ~20 % of these).
         # Later drafts depend on the one before: re-rank each position's top candidates in turn.
-        first = base[0] + self.markov_u.float() @ self.markov_v[self.block_tokens[0]].float()
+        # index_select, not markov_v[block_tokens[0]]: a 0-d tensor index is read on the host (.item()),
+        # a synchronisation that is illegal while this pass is captured as a CUDA graph.
+        prev = self.markov_v.index_select(0, self.block_tokens[:1])  # [1, r], on the device
+        first = base[0] + self.markov_u_f32 @ prev[0].float()
         self.drafts[0] = torch.argmax(first)
         vals, ids = torch.topk(base[1:], CANDIDATES, dim=-1)
         markov = markov_draft_triton if ops.backend == "triton" else markov_draft_reference

@@ -22,7 +22,7 @@ from collections import deque
 import torch
 
 from engine.dspark.drafter import DrafterRuntime
-from engine.generate import GenerationResult, Session, _first_eos, _generator
+from engine.session import GenerationResult, Session, first_eos, sampling_generator
 from engine.graphs import Replayable
 from engine.sampling import SamplingParams, probabilities
 from kernels.greedy_commit import STATE_ACCEPTED, STATE_BASE, STATE_COMMITTED, STATE_PREV_BASE
@@ -203,7 +203,7 @@ def _greedy(engine, s: Session, g: _Graphs, prompt_ids: list[int], max_new: int,
                 stats.record(pending_d, accepted)
                 recent.append(accepted)
             if eos and committed > known:
-                hit = _first_eos(host[3 : 3 + committed - known].tolist(), eos)
+                hit = first_eos(host[3 : 3 + committed - known].tolist(), eos)
                 if hit is not None:
                     eos_at = known + hit
             known = committed
@@ -237,8 +237,8 @@ def _greedy(engine, s: Session, g: _Graphs, prompt_ids: list[int], max_new: int,
         tokens = s.out_tokens[:known].tolist()
     tokens = tokens[:max_new]
     stop = "length"
-    if eos_at is not None or (stop_at_eos and _first_eos(tokens, eos) is not None):
-        cut = _first_eos(tokens, eos)
+    if eos_at is not None or (stop_at_eos and first_eos(tokens, eos) is not None):
+        cut = first_eos(tokens, eos)
         tokens = tokens[: cut + 1]
         stop = "eos"
     return GenerationResult(tokens, len(prompt_ids), prefill_s, decode_s, stop, mode="dspark", stats=stats.as_dict(len(tokens)))
@@ -250,7 +250,7 @@ def _sampled(engine, s: Session, g: _Graphs, prompt_ids: list[int], max_new: int
     c = rt.c
     stats = SpecStats(c.block_size)
     eos = set(engine.config.eos_ids) if stop_at_eos else set()
-    gen = _generator(sampling, engine.model.device)
+    gen = sampling_generator(sampling, engine.model.device)
     io = s.io
     with torch.inference_mode():
         last_logits, prefill_s = _prefill(engine, s, g, prompt_ids)
@@ -292,7 +292,7 @@ def _sampled(engine, s: Session, g: _Graphs, prompt_ids: list[int], max_new: int
         decode_s = time.perf_counter() - t_start
     out = out[:max_new]
     stop = "length"
-    cut = _first_eos(out, eos) if eos else None
+    cut = first_eos(out, eos) if eos else None
     if cut is not None:
         out = out[: cut + 1]
         stop = "eos"
