@@ -1,0 +1,104 @@
+"""CUDA graphs on the bundled model's shape: capture and replay of the AR step, the verify steps of
+every depth, the drafter's passes (no host synchronisation), and bit-identical logits between
+1-row and k-row steps — the property that makes greedy DSpark equal AR."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.dspark import SpecOptions, random_drafter, use_drafter
+from engine.dspark.drafter import DrafterRuntime
+from engine.generate import Engine
+from engine.graphs import Replayable
+from engine.model import STEP_ROWS
+from models import logits_by_rows, random_ids, random_model
+
+CONTEXTS = (1000, 7900)
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    return random_model()
+
+
+@pytest.fixture(scope="module")
+def engine(loaded):
+    return Engine(loaded=loaded, device="cuda")
+
+
+@pytest.mark.parametrize("ctx", CONTEXTS)
+def test_k_row_steps_are_bit_identical_to_one_row_steps(engine, ctx):
+    v = engine.config.vocab_size
+    ids, fed = random_ids(ctx, v, seed=ctx), random_ids(42, v, seed=ctx + 1)  # 42 = a multiple of 1..7
+    one = logits_by_rows(engine, ids, fed, 1)
+    assert torch.isfinite(one).all()
+    for rows in range(2, STEP_ROWS):
+        assert torch.equal(logits_by_rows(engine, ids, fed, rows), one), f"{rows}-row verify differs from 1-row decode"
+
+
+def test_captured_step_replays_what_eager_computes(engine, loaded):
+    """The same step, replayed from its graph and run eagerly on a second engine: identical logits."""
+    eager = Engine(loaded=loaded, device="cuda", cuda_graphs=False)
+    v = engine.config.vocab_size
+    ids, fed = random_ids(3000, v, seed=5), random_ids(14, v, seed=6)
+    for rows in (1, 7):
+        assert torch.equal(logits_by_rows(engine, ids, fed, rows), logits_by_rows(eager, ids, fed, rows))
+    s = engine.session(len(ids), 8)
+    assert s.use_graphs and all(st.graph is not None for st in s._steps.values()), "steps were not captured"
+
+
+@pytest.mark.parametrize("ctx", CONTEXTS)
+def test_ar_decode_through_graphs_equals_eager_decode(engine, loaded, ctx):
+    eager = Engine(loaded=loaded, device="cuda", cuda_graphs=False)
+    ids = random_ids(ctx, engine.config.vocab_size, seed=ctx + 7)
+    a = engine.generate(ids, 64, stop_at_eos=False)
+    b = eager.generate(ids, 64, stop_at_eos=False)
+    assert a.tokens == b.tokens and len(a.tokens) == 64
+
+
+def test_sync_debug_mode_catches_the_pattern_that_broke_capture():
+    t = torch.arange(12, device="cuda", dtype=torch.float32).reshape(4, 3)
+    i = torch.tensor(2, device="cuda")
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        with pytest.raises(RuntimeError, match="synchroniz"):
+            t[i]
+        t.index_select(0, i.reshape(1))  # the device-side gather: fine
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+def test_drafter_passes_never_synchronise_and_replay_as_graphs(engine):
+    files = random_drafter(engine, seed=2)
+    use_drafter(engine, files, SpecOptions())
+    ids = random_ids(2000, engine.config.vocab_size, seed=9)
+    s = engine.session(len(ids), 64, capture_layers=files.config.target_layers)
+    rt = DrafterRuntime(engine.model, files, s.capacity, s.io, s.state)
+    with torch.inference_mode():
+        _, captured, _ = engine.prefill(s, ids)
+        rt.prefill_context(captured, len(ids))
+        s.io.set_rows([ids[-1]], len(ids))
+        s.state.copy_(torch.tensor([1, len(ids), 0, 0, len(ids)], device="cuda"))
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            rt.ctx_update()
+            rt.draft()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        eager = (rt.drafts.clone(), rt.depth.clone(), rt.base_logits.clone())
+
+        def both() -> None:
+            rt.ctx_update()
+            rt.draft()
+
+        with s.preserved():
+            graph = Replayable(both, engine.model.device, use_graph=True)
+        assert graph.graph is not None
+        rt.drafts.zero_()
+        graph()
+        torch.cuda.synchronize()
+    assert torch.equal(rt.drafts, eager[0]) and torch.equal(rt.depth, eager[1])
+    assert torch.equal(rt.base_logits, eager[2])
+    assert torch.equal(s.io.tokens[1 : 1 + files.config.proposals], rt.drafts)
