@@ -13,7 +13,8 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "tests" / "gpu"), str(Path(__file__).resolve().parents[1] / "tests")]
+_ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(_ROOT), str(_ROOT / "tests" / "gpu"), str(_ROOT / "tests")]
 
 import torch  # noqa: E402
 

@@ -120,13 +120,12 @@ class Engine:
         self.sync()
         return logits[0, -1], captured, time.perf_counter() - t0
 
-    def teacher_forced(self, ids: list[int], start: int, top_k: int = 0) -> dict:
-        """Teacher-forced predictions of ids[start:], computed the way decoding computes them: the
-        prefill's last row predicts ids[start], then the decode step itself (verify-sized blocks of
-        rows) predicts the rest. Returns per predicted position: token_logprob, argmax, gap (max
-        logit - logit of the actual token, 0 when it is the argmax), and top-k (ids, logprobs)."""
+    def teacher_forced_logits(self, ids: list[int], start: int) -> torch.Tensor:
+        """Float32 logits [len(ids) - start, V] predicting ids[start:], computed the way decoding
+        computes them: the prefill's last row predicts ids[start], then the decode step itself
+        (verify-sized blocks of rows) predicts the rest."""
         if not 0 < start < len(ids):
-            raise EngineError(f"teacher_forced needs 0 < start < len(ids), got start={start}, len={len(ids)}")
+            raise EngineError(f"teacher forcing needs 0 < start < len(ids), got start={start}, len={len(ids)}")
         self.check_request(ids[:start], len(ids) - start)
         s = self.session(start, len(ids) - start)
         rows = []
@@ -141,7 +140,14 @@ class Engine:
                 s.step(len(chunk), commit=False)()
                 rows.append(s.io.logits[: len(chunk)].float().clone())
                 pos += len(chunk)
-            logits = torch.cat(rows)  # [len(ids) - start, V]
+            return torch.cat(rows)
+
+    def teacher_forced(self, ids: list[int], start: int, top_k: int = 0) -> dict:
+        """Teacher-forced predictions of ids[start:] (see teacher_forced_logits). Returns per predicted
+        position: token_logprob, argmax, gap (max logit - logit of the actual token, 0 when it is the
+        argmax), and top-k (ids, logprobs)."""
+        logits = self.teacher_forced_logits(ids, start)
+        with torch.inference_mode():
             target = torch.tensor(ids[start:], device=logits.device)
             logprobs = torch.log_softmax(logits, -1)
             tok_logit = logits.gather(1, target[:, None])[:, 0]

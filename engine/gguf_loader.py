@@ -78,6 +78,14 @@ def load_gguf(path: str | Path) -> tuple[ModelConfig, dict[str, torch.Tensor], T
     return config, weights, tokenizer
 
 
+def load_gguf_tokenizer(path: str | Path) -> Tokenizer:
+    """Only the tokenizer of a GGUF file (its metadata), without dequantising a single weight."""
+    path = Path(path)
+    if not path.is_file():
+        raise ModelLoadError(f"model file not found: {path}")
+    return Tokenizer.from_gguf_fields(_Metadata(_open_reader(path), path).with_prefix("tokenizer."))
+
+
 def unpermute_qk(w: torch.Tensor, n_head: int) -> torch.Tensor:
     """Inverse of convert_hf_to_gguf's `permute(w, n_head)` (rows interleaved -> rotate-half)."""
     rows = w.shape[0]

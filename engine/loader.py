@@ -11,7 +11,7 @@ import torch
 from engine import model_files
 from engine.config import ModelConfig
 from engine.errors import ModelLoadError
-from engine.gguf_loader import load_gguf
+from engine.gguf_loader import load_gguf, load_gguf_tokenizer
 from engine.hf_loader import load_hf_dir, safetensors_files
 from engine.tokenizer import Tokenizer
 
@@ -44,6 +44,16 @@ def load_model(path: str | Path | None = None) -> LoadedModel:
         raise ModelLoadError(f"{source} is neither a .gguf file nor a model directory")
     check_weights(config, weights, source)
     return LoadedModel(config, weights, tokenizer, source, digest)
+
+
+def load_tokenizer(path: str | Path | None = None) -> Tokenizer:
+    """The tokenizer of a model source (None -> the bundled GGUF), without loading its weights."""
+    source = model_files.bundled_model_path() if path is None else Path(path).expanduser()
+    if source.is_dir():
+        return Tokenizer.from_hf_dir(source)
+    if source.suffix.lower() == ".gguf":
+        return load_gguf_tokenizer(source)
+    raise ModelLoadError(f"model path not found: {source}" if not source.exists() else f"{source} is neither a .gguf file nor a model directory")
 
 
 def expected_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:

@@ -35,6 +35,16 @@ LLAMA32_TINY = GuardShape("llama-3.2-tiny-shape", "llama", 4096, 256, 4, 8, 2, 3
                           rope_scaling=LLAMA32_1B.rope_scaling)
 
 
+GUARD_SHAPES = {s.name: s for s in (QWEN3_06B, LLAMA32_1B, QWEN3_TINY, LLAMA32_TINY)}
+
+
+def guard_shape(name: str) -> GuardShape:
+    try:
+        return GUARD_SHAPES[name]
+    except KeyError:
+        raise ValueError(f"unknown guard {name!r} (known: {', '.join(GUARD_SHAPES)})") from None
+
+
 @dataclass(frozen=True)
 class Profile:
     name: str

