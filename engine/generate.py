@@ -21,7 +21,9 @@ from engine.session import GenerationResult, Session, first_eos, sampling_genera
 from kernels.greedy_commit import STATE_BASE, STATE_COMMITTED
 
 CHECK_EVERY = 16
-CAPACITY_MARGIN = 16  # the padded / draft rows may write up to 15 positions past the last token
+# Positions a generation may write past its last wanted token: the padded / draft rows of a step (up to
+# 15), and the on-device DSpark loop's last launch (up to loop_chunk x block_size).
+CAPACITY_MARGIN = 72
 
 
 def pick_device(requested: str | None = None) -> torch.device:
@@ -48,7 +50,7 @@ class Engine:
         self.config = self.loaded.config
         self.tokenizer = self.loaded.tokenizer
         self.model = Transformer(self.config, self.loaded.weights, self.device, dtype, backend)
-        self.model.ensure_rope(self.config.max_seq_len + 64)
+        self.model.ensure_rope(self.config.max_seq_len + CAPACITY_MARGIN + STEP_ROWS)
         self.use_graphs = cuda_graphs and self.device.type == "cuda"
         env_split = os.environ.get("DSPARK_ATTN_SPLIT")
         self.attn_split = attn_split or (int(env_split) if env_split else None)

@@ -80,6 +80,10 @@ class SpecOptions:
     idle_max_steps: int = 256
     use_confidence: bool = True
     time_phases: bool = False  # CUDA events around every draft and verify (a little overhead)
+    # Greedy only: run the loop on the device, `loop_chunk` iterations per launch, each verifying the
+    # whole block (the confidence and context band then only matter for the host loop and sampling).
+    device_loop: bool = True
+    loop_chunk: int = 8
 
     def max_depth(self, ctx: int, proposals: int) -> int:
         if ctx < self.narrow_below_ctx:

@@ -21,6 +21,7 @@ from test_model import random_weights
 NEW = 128
 CASES = [(1024, 11), (1024, 12), (4096, 13), (4096, 14), (7936, 15), (7936, 16)]  # (context, prompt seed)
 ALWAYS_DRAFT = SpecOptions(confidence_threshold=0.0, idle_min_accept=0.0, narrow_below_ctx=0)
+HOST_LOOP = SpecOptions(confidence_threshold=0.0, idle_min_accept=0.0, narrow_below_ctx=0, device_loop=False)
 
 
 @pytest.fixture(scope="module")
@@ -36,16 +37,17 @@ def ar_streams(engine):
     out = {}
     for ctx, seed in CASES:
         ids = random_ids(ctx, v, seed)
-        out[(ctx, seed)] = (ids, engine.generate(ids, NEW, stop_at_eos=False).tokens)
+        # 8 tokens more: the on-device loop verifies whole blocks up to the last wanted token
+        out[(ctx, seed)] = (ids, engine.generate(ids, NEW + 8, stop_at_eos=False).tokens)
     return out
 
 
-@pytest.mark.parametrize("options", [ALWAYS_DRAFT, None], ids=["always-draft", "default-policy"])
+@pytest.mark.parametrize("options", [ALWAYS_DRAFT, HOST_LOOP, None], ids=["device-loop", "host-loop", "default-policy"])
 def test_greedy_dspark_equals_ar_with_a_random_drafter(engine, ar_streams, options):
     use_drafter(engine, random_drafter(engine, seed=4), options)
     for (ctx, seed), (ids, ar) in ar_streams.items():
         out = engine.generate(ids, NEW, dspark=True, stop_at_eos=False)
-        assert out.tokens == ar, f"ctx {ctx} prompt {seed}"
+        assert out.tokens == ar[:NEW], f"ctx {ctx} prompt {seed}"
         assert out.stats["target_forwards"] >= 1
 
 
@@ -73,11 +75,12 @@ class DeviceOracle:
         io.tokens[1 : 1 + self.p] = self.table[io.positions[0].long() + self.offsets]
         rt.depth.fill_(self.p)
 
-    def expected_hist(self, new: int) -> list[int]:
-        """The accept histogram the loop must produce: replay the rule on what the oracle proposes."""
+    def expected_hist(self, new: int, device_loop: bool) -> list[int]:
+        """The accept histogram the loop must produce: replay the rule on what the oracle proposes (the
+        on-device loop verifies the whole block every iteration; the host loop cuts the last ones)."""
         hist, k = [0] * (self.p + 2), 0  # k = index in the stream of the last committed token
         while k + 1 < new:
-            d = max(1, min(self.p, new - (k + 1) - 1))
+            d = self.p if device_loop else max(1, min(self.p, new - (k + 1) - 1))
             j = 0
             while j < d and not self.wrong(self.prompt_len + k + 1 + j):
                 j += 1
@@ -86,23 +89,42 @@ class DeviceOracle:
         return hist
 
 
+@pytest.mark.parametrize("loop", ["device", "host"])
 @pytest.mark.parametrize("case", [CASES[0], CASES[3], CASES[5]], ids=lambda c: f"ctx{c[0]}")
-def test_partial_accepts_commit_exactly_the_verified_prefix(engine, ar_streams, monkeypatch, case):
+def test_partial_accepts_commit_exactly_the_verified_prefix(engine, ar_streams, monkeypatch, case, loop):
     ids, ar = ar_streams[case]
     files = random_drafter(engine, seed=1)
     oracle = DeviceOracle(len(ids), ar, engine.config.vocab_size, files.config.proposals)
     monkeypatch.setattr(DrafterRuntime, "draft", lambda rt: oracle.draft(rt))
-    use_drafter(engine, files, ALWAYS_DRAFT)
+    use_drafter(engine, files, SpecOptions(confidence_threshold=0.0, idle_min_accept=0.0, narrow_below_ctx=0,
+                                           device_loop=loop == "device", loop_chunk=1))
     engine._session = None  # fresh graphs, captured with the oracle's pass
     try:
         out = engine.generate(ids, NEW, dspark=True, stop_at_eos=False)
     finally:
         monkeypatch.undo()
         engine._session = None
-    assert out.tokens == ar
+    assert out.tokens == ar[:NEW]
     hist = out.stats["accept_hist"]
-    assert hist == oracle.expected_hist(NEW)
+    assert hist == oracle.expected_hist(NEW, loop == "device")
     assert all(hist[1:8]), f"not every accept length 0..6 was exercised: {hist}"
+
+
+def test_long_launches_of_the_device_loop_stay_lossless(engine, ar_streams, monkeypatch):
+    """Eight iterations per launch, captured as one graph; the last launch may run past NEW."""
+    for case in (CASES[1], CASES[4]):
+        ids, ar = ar_streams[case]
+        files = random_drafter(engine, seed=1)
+        oracle = DeviceOracle(len(ids), ar, engine.config.vocab_size, files.config.proposals)
+        monkeypatch.setattr(DrafterRuntime, "draft", lambda rt, o=oracle: o.draft(rt))
+        use_drafter(engine, files, SpecOptions(confidence_threshold=0.0, idle_min_accept=0.0, loop_chunk=8))
+        engine._session = None
+        try:
+            out = engine.generate(ids, NEW, dspark=True, stop_at_eos=False)
+        finally:
+            monkeypatch.undo()
+            engine._session = None
+        assert out.tokens == ar[:NEW] and out.stats["tau"] > 2
 
 
 def test_speculative_accept_on_the_device_preserves_the_target_distribution():
