@@ -21,24 +21,27 @@ from typing import NoReturn
 from rich.console import Console
 from rich.table import Table
 
-from evalbot.hardening import make_undumpable
-from evalbot import gitops, pipeline, receipt
-from evalbot.config import Settings, load_settings
+from evalbot import pipeline
+from evalbot.decide.noise import NoiseFile, noise_path
+from evalbot.decide.outcome import ScoreOutcome
 from evalbot.demo import run_demo
 from evalbot.errors import EvalbotError
-from evalbot.forge.base import CHECK_NAME, SCORECARD_MARKER_PREFIX
+from evalbot.forge.base import CHECK_NAME
 from evalbot.forge.local import LocalForge
-from evalbot.noise import NoiseFile, noise_path
-from evalbot.outcome import ScoreOutcome
-from evalbot.progress import RichProgress
-from evalbot.scorecard import render_calibration
+from evalbot.measure import gitops
+from evalbot.measure.device import profile_for
+from evalbot.measure.hardening import make_undumpable
+from evalbot.measure.progress import RichProgress
+from evalbot.report import receipt
+from evalbot.report.scorecard import SCORECARD_MARKER_PREFIX, render_calibration
+from evalbot.settings import Settings, load_settings
 
 EXIT_OK, EXIT_REJECT, EXIT_USAGE, EXIT_NOT_EVALUATED, EXIT_INFRA = 0, 1, 2, 3, 4
 # Commands that live in their own modules with their own parsers (docs/deploy.md); imported only
 # when used, so scoring never needs the web stack.
 DELEGATED = {
-    "serve": ("evalbot.service.server", "receive GitHub webhooks and queue scoring work (docs/deploy.md)"),
-    "worker": ("evalbot.worker", "score queued pull requests, one at a time per box (docs/deploy.md)"),
+    "serve": ("evalbot.bot.webhook.server", "receive GitHub webhooks and queue scoring work (docs/deploy.md)"),
+    "worker": ("evalbot.bot.worker.main", "score queued pull requests, one at a time per box (docs/deploy.md)"),
 }
 STATUS_EXIT = {"scored": EXIT_OK, "rejected": EXIT_REJECT, "not_evaluated": EXIT_NOT_EVALUATED, "infra_error": EXIT_INFRA}
 
@@ -85,9 +88,9 @@ def cmd_score(args: argparse.Namespace) -> int:
         if not (args.base and args.head):
             raise EvalbotError("--base and --head are required (or --pr N for a local PR)")
         base, head = args.base, args.head
-    profile = args.profile or settings.default_profile
+    profile = profile_for(settings, args.profile)
     with RichProgress(enabled=not args.no_progress) as progress:
-        from evalbot.reverify_engine import engine_reverifier_factory
+        from evalbot.measure.reverifier import engine_reverifier_factory
 
         outcome = pipeline.score_refs(
             repo, base, head, profile=profile, rounds=args.rounds, settings=settings, pr_number=args.pr,
@@ -122,7 +125,7 @@ def _print_outcome(outcome: ScoreOutcome, as_json: bool, published: pipeline.Pub
 def cmd_calibrate(args: argparse.Namespace) -> int:
     repo = _repo(args)
     settings = _settings(args, repo)
-    profile = args.profile or settings.default_profile
+    profile = profile_for(settings, args.profile)
     with RichProgress(enabled=not args.no_progress) as progress:
         floor, path = pipeline.calibrate(
             repo, args.base, profile=profile, rounds=args.rounds, settings=settings, progress=progress
@@ -250,7 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--harness-ref", metavar="REF",
         help="where the harness comes from (default: the base branch tip, origin/<base> when it exists)",
     )
-    p.add_argument("--profile", choices=["cpu", "gpu"], help="harness profile (default from settings: cpu)")
+    p.add_argument("--profile", choices=["cpu", "gpu"], help="harness profile (default: the `profile` setting, else gpu when CUDA is available, else cpu)")
     p.add_argument("--rounds", type=int, metavar="N", help="ABBA rounds (default per profile: cpu 2, gpu 3)")
     p.add_argument("--json", action="store_true", help="print one JSON document (tier, receipt, gates, ...) instead of markdown")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -265,7 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     repo_opts(p)
     p.add_argument("--base", metavar="REF", default="main", help="the ref to measure against itself (default main)")
-    p.add_argument("--profile", choices=["cpu", "gpu"], help="harness profile (default from settings: cpu)")
+    p.add_argument("--profile", choices=["cpu", "gpu"], help="harness profile (default: the `profile` setting, else gpu when CUDA is available, else cpu)")
     p.add_argument("--rounds", type=int, metavar="N", help="A/A rounds (default: the profile's rounds, at least 2)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.set_defaults(func=cmd_calibrate)

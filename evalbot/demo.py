@@ -9,17 +9,7 @@ profile when CUDA is available), so a newcomer sees a tier, a REJECT for a lossy
 for an AR slowdown, "not evaluated" for a harness edit and "none" for a no-op, each with the
 scorecard, labels, check run and receipt the local forge keeps (`evalbot status --repo <scratch>`).
 
-An example is a directory examples/prs/NN-slug/ with `patch.diff` (`git diff` against main) and a
-README.md that starts with a front matter block naming its title and the verdict it should get:
-
-    ---
-    title: Accept every draft without checking it
-    expect: REJECT            # tier | REJECT | not evaluated | none
-    failing: lossless         # REJECT only: gate ids that must be among the failed gates
-    expect-gpu: REJECT        # optional: a different expectation on the gpu profile
-    ---
-
-The examples are read from the repository's working tree; the code they patch is its committed
+The examples (evalbot/examples.py says what one is) are read from the repository's working tree; the code they patch is its committed
 HEAD. The box's noise floor (`.evalbot/noise-floor.json`, from `evalbot calibrate`) is carried into
 the scratch clone, so the demo's gates allow for the same noise as `evalbot score` would; a box with
 no floor for the profile calibrates in the scratch clone first (A/A), unless `--no-calibrate`.
@@ -38,124 +28,23 @@ from typing import TextIO
 
 from rich.console import Console
 
-from evalbot import gitops, pipeline
-from evalbot.config import STATE_DIR_NAME, Settings, load_settings
-from evalbot.errors import EvalbotError, GitError
+from evalbot import pipeline
+from evalbot.decide.noise import NOISE_FILE, NoiseFloor, load_noise_floor
+from evalbot.decide.outcome import ScoreOutcome
+from evalbot.decide.reverify import Reverifier, ReverifierFactory
+from evalbot.errors import EvalbotError
+from evalbot.examples import BASE_BRANCH, EXAMPLES_DIR, Example, apply_example, is_measured, load_examples, verdict_matches
 from evalbot.forge.base import CHECK_NAME
 from evalbot.forge.local import LocalForge
-from evalbot.noise import NOISE_FILE, NoiseFloor, load_noise_floor
-from evalbot.outcome import ScoreOutcome
-from evalbot.progress import RichProgress
-from evalbot.reverify import Reverifier, ReverifierFactory
-from evalbot.runner import NullProgress, ProgressSink
-from evalbot.scorecard import noise_text, render, render_calibration
+from evalbot.measure import gitops
+from evalbot.measure.device import profile_for
+from evalbot.measure.harness_runner import NullProgress, ProgressSink
+from evalbot.measure.progress import RichProgress
+from evalbot.report.render import render
+from evalbot.report.scorecard import noise_text, render_calibration
+from evalbot.settings import STATE_DIR_NAME, Settings, load_settings
 
-EXAMPLES_DIR = Path("examples") / "prs"
-BRANCH_PREFIX = "demo/"
-BASE_BRANCH = "main"
-EXPECTATIONS = ("tier", "REJECT", "not evaluated", "none")
 EXIT_ALL_MATCHED, EXIT_MISMATCH = 0, 1
-_IDENTITY = {  # the example commits' author, whatever the box's git config says
-    "GIT_AUTHOR_NAME": "DSpark EvalBot demo",
-    "GIT_AUTHOR_EMAIL": "evalbot-demo@localhost",
-    "GIT_COMMITTER_NAME": "DSpark EvalBot demo",
-    "GIT_COMMITTER_EMAIL": "evalbot-demo@localhost",
-}
-
-
-# ---------------------------------------------------------------------------------------------
-# Examples
-
-
-@dataclass(frozen=True)
-class Example:
-    slug: str  # the directory name, NN-slug
-    path: Path
-    title: str
-    expect: str
-    failing: tuple[str, ...] = ()
-    expect_gpu: str | None = None
-
-    @property
-    def patch(self) -> Path:
-        return self.path / "patch.diff"
-
-    @property
-    def branch(self) -> str:
-        return BRANCH_PREFIX + self.slug
-
-    def expected(self, profile: str) -> str:
-        return self.expect_gpu if profile == "gpu" and self.expect_gpu else self.expect
-
-    def expected_text(self, profile: str) -> str:
-        exp = self.expected(profile)
-        if exp == "REJECT" and self.failing:
-            return f"REJECT ({', '.join(self.failing)})"
-        return {"tier": "a tier"}.get(exp, exp)
-
-
-def _front_matter(readme: Path) -> dict[str, str]:
-    lines = readme.read_text(encoding="utf-8").splitlines()
-    if not lines or lines[0].strip() != "---":
-        raise EvalbotError(f"{readme} must start with a front matter block (a line `---`, `key: value` lines, `---`)")
-    fields: dict[str, str] = {}
-    for line in lines[1:]:
-        if line.strip() == "---":
-            return fields
-        text = line.split(" #", 1)[0].strip()
-        if not text:
-            continue
-        key, sep, value = text.partition(":")
-        if not sep:
-            raise EvalbotError(f"{readme}: front matter line {line!r} is not `key: value`")
-        fields[key.strip().lower()] = value.strip()
-    raise EvalbotError(f"{readme}: the front matter block is not closed with `---`")
-
-
-def load_example(path: Path) -> Example:
-    readme, patch = path / "README.md", path / "patch.diff"
-    for need in (readme, patch):
-        if not need.is_file():
-            raise EvalbotError(f"example {path.name}: no {need.name} in {path}")
-    fm = _front_matter(readme)
-    unknown = sorted(set(fm) - {"title", "expect", "failing", "expect-gpu"})
-    if unknown:
-        raise EvalbotError(f"example {path.name}: unknown front matter key {unknown[0]!r} in {readme}")
-    for key in ("expect", "expect-gpu"):
-        if key in fm and fm[key] not in EXPECTATIONS:
-            raise EvalbotError(f"example {path.name}: {key} is {fm[key]!r}; one of {', '.join(EXPECTATIONS)}")
-    if not fm.get("title") or not fm.get("expect"):
-        raise EvalbotError(f"example {path.name}: the front matter of {readme} needs `title:` and `expect:`")
-    failing = tuple(g.strip() for g in fm.get("failing", "").split(",") if g.strip())
-    return Example(path.name, path, fm["title"], fm["expect"], failing, fm.get("expect-gpu"))
-
-
-def load_examples(examples_dir: Path, only: str | None = None) -> list[Example]:
-    if not examples_dir.is_dir():
-        raise EvalbotError(f"no example PRs: {examples_dir} is not a directory")
-    dirs = sorted(p for p in examples_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
-    if not dirs:
-        raise EvalbotError(f"no example PRs in {examples_dir}")
-    if only is not None:
-        # "02-lossy-shortcut", "lossy-shortcut" and "02" all name the same example
-        picked = [p for p in dirs if only in (p.name, p.name.split("-", 1)[-1], p.name.split("-", 1)[0])]
-        if not picked:
-            raise EvalbotError(f"no example {only!r} (known: {', '.join(p.name for p in dirs)})")
-        dirs = picked
-    return [load_example(p) for p in dirs]
-
-
-def verdict_matches(example: Example, outcome: ScoreOutcome, settings: Settings) -> bool:
-    v, tiers = outcome.verdict, settings.tiers
-    expected = example.expected(outcome.profile)
-    if expected == "not evaluated":
-        return v.status == "not_evaluated"
-    if expected == "none":
-        return v.status == "scored" and v.tier == tiers.none_name
-    if expected == "tier":
-        return v.status == "scored" and v.tier not in (None, tiers.none_name, tiers.reject_name)
-    failed = {g.gate for g in v.failed_gates}
-    return v.status == "rejected" and all(g in failed or any(f.startswith(g + ":") for f in failed) for g in example.failing)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -173,45 +62,6 @@ def clone_head(source: Path, dest: Path) -> str:
         if ref != f"refs/heads/{BASE_BRANCH}":
             gitops.git(dest, "update-ref", "-d", ref)
     return sha
-
-
-def apply_example(repo: Path, base: str, example: Example, *, commit: bool = True) -> str:
-    """Commit `base` + the example's patch as branch demo/<slug> (returns the commit), without touching
-    the checkout. With commit=False only check that the patch applies (returns base's commit). A
-    patch that no longer applies is an EvalbotError naming the example."""
-    if example.patch.stat().st_size == 0:
-        raise EvalbotError(f"example {example.slug}: {example.patch} is empty")
-    base_sha = gitops.resolve(repo, base)
-    with tempfile.TemporaryDirectory(prefix="evalbot-demo-index-") as tmp:
-        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index"), **_IDENTITY}
-        gitops.git(repo, "read-tree", base_sha, extra_env=env)
-        check = [] if commit else ["--check"]  # a check writes no objects into the repository
-        try:
-            gitops.git(repo, "apply", "--cached", *check, "--whitespace=nowarn", str(example.patch.resolve()), extra_env=env)
-        except GitError as e:
-            detail = str(e).split(": ", 1)[-1]
-            raise EvalbotError(
-                f"example {example.slug}: {example.patch} no longer applies to {base} ({detail}); "
-                f"remake it with `git diff {BASE_BRANCH}` on a branch that has the change"
-            ) from None
-        if not commit:
-            return base_sha
-        tree = gitops.git(repo, "write-tree", extra_env=env).strip()
-        if tree == gitops.git(repo, "rev-parse", f"{base_sha}^{{tree}}").strip():
-            raise EvalbotError(f"example {example.slug}: {example.patch} changes nothing")
-        message = f"{example.title}\n\nExample PR examples/prs/{example.slug} (evalbot demo)."
-        sha = gitops.git(repo, "commit-tree", tree, "-p", base_sha, "-m", message, extra_env=env).strip()
-    gitops.git(repo, "update-ref", f"refs/heads/{example.branch}", sha)
-    return sha
-
-
-def default_profile() -> str:
-    """gpu when CUDA is available (as the harness decides), else cpu."""
-    try:
-        import torch
-    except ImportError:  # pragma: no cover - torch is a dependency
-        return "cpu"
-    return "gpu" if torch.cuda.is_available() else "cpu"
 
 
 def _prepare_dir(work_dir: Path | None) -> tuple[Path, bool]:
@@ -315,13 +165,6 @@ def _duration(seconds: float) -> str:
     return f"{m}m{s:02d}s" if m else f"{s}s"
 
 
-def _measured(repo: Path, example: Example, settings: Settings) -> bool:
-    """Whether scoring the example measures anything (a PR that edits the harness is not measured)."""
-    base = gitops.resolve(repo, BASE_BRANCH)
-    patterns = gitops.read_manifest(repo, base, settings.harness_manifest, label=BASE_BRANCH)
-    return not gitops.harness_changes(repo, base, gitops.resolve(repo, example.branch), patterns)
-
-
 def score_examples(
     repo: Path,
     scratch: Path,
@@ -350,11 +193,11 @@ def score_examples(
     # An uncalibrated box gates with a 1% default floor, which a CPU's run-to-run noise exceeds: a
     # no-op would be REJECTed by chance. So, unless told otherwise, the box measures its own noise
     # first (A/A, main against itself) — only if some example is going to be measured at all.
-    calibrating = calibrate and not noise.calibrated and any(_measured(scratch, ex, settings) for ex in examples)
+    calibrating = calibrate and not noise.calibrated and any(is_measured(scratch, ex, settings) for ex in examples)
     forge = LocalForge(scratch)
     report = DemoReport(repo, source_sha, scratch, profile, noise, [])
     texts = settings.templates_dir
-    say.write(render("demo_start.txt.j2", texts, report=report, examples=examples, noise_row=noise_text(noise),
+    say.write(render("demo_start.txt.j2", templates=texts, report=report, examples=examples, noise_row=noise_text(noise),
                      calibrating=calibrating) + "\n")
     say.flush()
     if calibrating:
@@ -366,13 +209,13 @@ def score_examples(
         say.flush()
     factory = None
     if reverify:
-        from evalbot.reverify_engine import engine_reverifier_factory
+        from evalbot.measure.reverifier import engine_reverifier_factory
 
         factory = _ClosingFactory(engine_reverifier_factory(settings))
     for i, ex in enumerate(examples, 1):
         pull = forge.open_pull(ex.branch, BASE_BRANCH, ex.title, author="evalbot-demo")
         if tell is not None:
-            tell.print(render("demo_example.txt.j2", texts, ex=ex, index=i, total=len(examples), pull=pull,
+            tell.print(render("demo_example.txt.j2", templates=texts, ex=ex, index=i, total=len(examples), pull=pull,
                               profile=profile).rstrip(), markup=False, highlight=False, soft_wrap=True)
         check_id = forge.start_check(pull.head_sha, CHECK_NAME, f"Scoring `{pull.head_sha[:12]}` against `{BASE_BRANCH}`…")
         t0 = time.perf_counter()
@@ -389,7 +232,7 @@ def score_examples(
         result = ExampleResult(ex, i, len(examples), pull.number, outcome, published, time.perf_counter() - t0,
                                verdict_matches(ex, outcome, settings))
         report.results.append(result)
-        say.write(render("demo_verdict.txt.j2", texts, r=result, ex=ex, verdict=outcome.verdict,
+        say.write(render("demo_verdict.txt.j2", templates=texts, r=result, ex=ex, verdict=outcome.verdict,
                          sp=outcome.verdict.speedup, meas=outcome.measurements, profile=profile,
                          duration=_duration(result.seconds)) + "\n")
         say.flush()
@@ -415,8 +258,8 @@ def run_demo(
     repo = gitops.repo_root(Path(repo).resolve())
     settings = settings or load_settings(repo)
     examples = load_examples(examples_dir or repo / EXAMPLES_DIR, only)
-    profile = profile or default_profile()
-    settings.profile(profile)  # an unknown profile fails now
+    profile = profile_for(settings, profile)
+    settings.profile_settings(profile)  # an unknown profile fails now
     if rounds is not None and rounds < 1:
         raise EvalbotError("--rounds must be at least 1")
     for ex in examples:  # a stale patch fails now, before the clone
@@ -430,7 +273,7 @@ def run_demo(
             report = score_examples(repo, scratch, examples, profile=profile, settings=settings, rounds=rounds,
                                     calibrate=calibrate, progress=bars, reverify=reverify, tell=bars.console)
         report.kept = keep
-        sys.stdout.write(render("demo_summary.txt.j2", settings.templates_dir, report=report, dirty=dirty,
+        sys.stdout.write(render("demo_summary.txt.j2", templates=settings.templates_dir, report=report, dirty=dirty,
                                 duration=_duration(report.seconds),
                                 calibration=_duration(report.calibration_seconds or 0)))
         return EXIT_ALL_MATCHED if report.ok else EXIT_MISMATCH
@@ -439,5 +282,4 @@ def run_demo(
             shutil.rmtree(scratch.parent if temporary else scratch, ignore_errors=True)
 
 
-__all__ = ["Example", "DemoReport", "ExampleResult", "load_examples", "apply_example", "clone_head",
-           "verdict_matches", "score_examples", "run_demo"]
+__all__ = ["DemoReport", "ExampleResult", "clone_head", "score_examples", "run_demo"]

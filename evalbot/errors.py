@@ -2,7 +2,7 @@
 
 Anything raised as an `EvalbotError` is a problem the user (or the box) can fix: a bad ref, a
 missing harness manifest, a broken key file. Harness crashes during a scoring run are *not*
-raised: they become an "infrastructure error" verdict (see `evalbot.verdict`).
+raised: they become an "infrastructure error" verdict (see `evalbot.decide.verdict`).
 """
 
 

@@ -1,9 +1,10 @@
-"""The whole flow, used by the CLI and (later) the webhook worker.
+"""The whole flow of one score, used by the CLI, the demo and the worker (evalbot.bot.worker).
 
-    resolve refs ─▶ pin harness from the base tip ─▶ harness changed? ─▶ worktrees + overlay
-        ─▶ ABBA harness runs ─▶ anti-forgery ─▶ (re-verify) ─▶ measurements ─▶ verdict
-        ─▶ receipt (signed) ─▶ scorecard / check text          [score_refs -> ScoreOutcome]
-    ScoreOutcome ─▶ labels, sticky scorecard, check run, stored receipt   [publish(outcome, forge, n)]
+    resolve refs ─▶ pin harness from the base tip ─▶ harness changed? ─▶ worktrees + overlay   measure/
+        ─▶ ABBA harness runs                                                                  measure/
+        ─▶ anti-forgery ─▶ (re-verify) ─▶ measurements ─▶ gates ─▶ tier ─▶ verdict            decide/
+        ─▶ receipt (signed) ─▶ scorecard / check text   [score_refs -> ScoreOutcome]          report/
+    ScoreOutcome ─▶ labels, sticky scorecard, check run, stored receipt   [publish]           forge/
 
 Setup problems a user must fix (a ref that does not resolve, no harness manifest, a failed pin, a
 broken signing key) raise `EvalbotError`. Anything that goes wrong while the harness runs becomes
@@ -18,19 +19,23 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from evalbot import gitops, receipt
-from evalbot.config import STATE_DIR_NAME, Settings, load_settings
+from evalbot.decide.calibration import noise_from_aa
+from evalbot.decide.integrity import check_all
+from evalbot.decide.measurements import Measurements, summarize
+from evalbot.decide.noise import NoiseFloor, load_noise_floor, store_noise_floor, utc_now
+from evalbot.decide.outcome import ReceiptInfo, RunSummary, ScoreOutcome
+from evalbot.decide.records import RunRecord
+from evalbot.decide.reverify import ReverifierFactory, reverify_streams
+from evalbot.decide.verdict import Verdict, decide, infrastructure_error, not_evaluated_harness_changed
 from evalbot.errors import EvalbotError
-from evalbot.forge.base import CHECK_NAME, SCORECARD_MARKER_PREFIX, Forge
-from evalbot.forgery import check_all
-from evalbot.measurements import Measurements, summarize
-from evalbot.noise import NoiseFloor, load_noise_floor, store_noise_floor, utc_now
-from evalbot.outcome import ReceiptInfo, RunSummary, ScoreOutcome
-from evalbot.reverify import ReverifierFactory, reverify_streams
-from evalbot.runner import HarnessRunner, ProgressSink, RunRecord
-from evalbot.scorecard import check_report, render_scorecard
-from evalbot.stats import max_abs_deviation, median
-from evalbot.verdict import Verdict, decide, infrastructure_error, not_evaluated_harness_changed
+from evalbot.forge.base import CHECK_NAME, Forge
+from evalbot.measure import gitops
+from evalbot.measure.checkout import PinnedHarness, overlaid_worktrees, pin_harness
+from evalbot.measure.device import profile_for
+from evalbot.measure.harness_runner import HarnessRunner, ProgressSink
+from evalbot.report import receipt
+from evalbot.report.scorecard import SCORECARD_MARKER_PREFIX, check_report, render_scorecard
+from evalbot.settings import STATE_DIR_NAME, Settings, load_settings
 
 
 def state_dir_for(repo: Path) -> Path:
@@ -49,33 +54,6 @@ def load_signing_key(settings: Settings) -> Ed25519PrivateKey | None:
     return receipt.load_private_key(Path(settings.signing_key).expanduser())
 
 
-@dataclass
-class _Pinned:
-    repo: Path
-    base_sha: str
-    head_sha: str
-    harness_ref: str
-    harness_sha: str
-    patterns: list[str]
-    harness_digest: str
-
-
-def _pin(repo: Path, base: str, head: str, settings: Settings, harness_ref: str | None = None) -> _Pinned:
-    base_sha = gitops.resolve(repo, base)
-    head_sha = gitops.resolve(repo, head)
-    harness_ref = harness_ref or gitops.harness_source_ref(repo, base, settings.remote)
-    harness_sha = gitops.resolve(repo, harness_ref)
-    patterns = gitops.read_manifest(repo, harness_sha, settings.harness_manifest, label=harness_ref)
-    entries = gitops.harness_entries(repo, harness_sha, patterns)
-    return _Pinned(repo, base_sha, head_sha, harness_ref, harness_sha, patterns, gitops.tree_digest(entries))
-
-
-def _overlay(pinned: _Pinned, worktree: Path) -> None:
-    digest = gitops.overlay_harness(pinned.repo, worktree, pinned.harness_sha, pinned.patterns)
-    if digest != pinned.harness_digest:  # belt and braces: the pin must name one ruler
-        raise EvalbotError(f"harness pin failed: {worktree.name} has harness digest {digest[:12]}, expected {pinned.harness_digest[:12]}")
-
-
 def _first_failure(records: list[RunRecord]) -> RunRecord | None:
     return next((r for r in records if not r.ok), None)
 
@@ -92,16 +70,15 @@ def _finish(
     outcome: ScoreOutcome, settings: Settings, state_dir: Path, key: Ed25519PrivateKey | None
 ) -> ScoreOutcome:
     outcome.finished_at = utc_now()
-    statement = receipt.build_statement(outcome, settings.model_dump(mode="json", exclude={"signing_key"}))
+    statement = receipt.build_statement(outcome, settings.scoring_dump())
     envelope = receipt.make_envelope(statement, key)
     path = receipt.write_receipt(state_dir, outcome, envelope)
     outcome.receipt = ReceiptInfo(
         path=str(path), signed=key is not None, keyid=receipt.keyid_for(key.public_key()) if key else "",
         envelope=receipt.envelope_bytes(envelope).decode("utf-8"),
     )
-    templates = settings.templates_dir
-    outcome.scorecard = render_scorecard(outcome, templates)
-    outcome.check = check_report(outcome, templates)
+    outcome.scorecard = render_scorecard(outcome, settings.templates_dir)
+    outcome.check = check_report(outcome, settings.templates_dir)
     return outcome
 
 
@@ -110,7 +87,7 @@ def score_refs(
     base: str,
     head: str,
     *,
-    profile: str = "cpu",
+    profile: str | None = None,
     rounds: int | None = None,
     settings: Settings | None = None,
     pr_number: int | None = None,
@@ -127,13 +104,14 @@ def score_refs(
     """
     repo = gitops.repo_root(repo)
     settings = settings or load_settings(repo)
-    prof = settings.profile(profile)
+    profile = profile_for(settings, profile)
+    prof = settings.profile_settings(profile)
     rounds = prof.rounds if rounds is None else rounds
     if rounds < 1:
         raise EvalbotError("--rounds must be at least 1")
     key = load_signing_key(settings)  # a broken key fails now, not after an hour of measuring
     state_dir = state_dir_for(repo)
-    pinned = _pin(repo, base, head, settings, harness_ref)
+    pinned = pin_harness(repo, base, head, settings, harness_ref)
     box = settings.box_name()
     outcome_fields = dict(
         repo=str(repo), base_ref=base, head_ref=head, base_sha=pinned.base_sha, head_sha=pinned.head_sha,
@@ -155,7 +133,7 @@ def score_refs(
 
 
 def _measure(
-    pinned: _Pinned,
+    pinned: PinnedHarness,
     settings: Settings,
     profile: str,
     rounds: int,
@@ -164,12 +142,9 @@ def _measure(
     progress: ProgressSink | None,
     environ: Mapping[str, str] | None,
 ) -> tuple[list[RunRecord], Measurements | None, Verdict]:
-    prof = settings.profile(profile)
+    prof = settings.profile_settings(profile)
     with gitops.scratch_dir("evalbot-run-") as scratch:
-        with gitops.worktree(pinned.repo, pinned.base_sha, scratch, "main") as wt_base, \
-                gitops.worktree(pinned.repo, pinned.head_sha, scratch, "pr") as wt_head:
-            _overlay(pinned, wt_base)
-            _overlay(pinned, wt_head)
+        with overlaid_worktrees(pinned, scratch, ("main", "pr"), (pinned.base_sha, pinned.head_sha)) as (wt_base, wt_head):
             (scratch / "io").mkdir()
             runner = HarnessRunner(settings, profile, {"base": wt_base, "head": wt_head}, scratch / "io", environ)
             for ref, label in (("base", "main"), ("head", "PR")):
@@ -196,39 +171,11 @@ def _measure(
 # Calibration (A/A)
 
 
-def noise_from_aa(records: list[RunRecord], *, box: str, profile: str, rounds: int, base_sha: str,
-                  margin: float) -> NoiseFloor:
-    """The box's noise floor from A/A rounds (times `margin`): pure.
-
-    Each metric's floor is the deviation from 1 of the very statistic its gate or tier reads, taken
-    on the A/A runs through the same `summarize` a score uses: the DSpark speedup (median over rounds
-    of the per-round geomean over contexts), each context's median AR ratio, each guard's median
-    decode and prefill ratio; the largest over contexts or guards. A floor taken from single runs
-    instead would hold a median of several rounds to the noise of one run: on a noisy box it would
-    hide every real change. The wall-time floor stays per run: the wall-clock cross-check looks at
-    single runs.
-    """
-    m = summarize(records, profile=profile, rounds=rounds, requested_reps=0,
-                  noise=NoiseFloor.default(box, profile, 0.0))
-    ar = [median(c.ar_ratios) for c in m.contexts if c.ar_ratios]
-    gdec = [median(g.decode_ratios) for g in m.guards if g.decode_ratios]
-    gpre = [median(g.prefill_ratios) for g in m.guards if g.prefill_ratios]
-    wall = [w.pr_wall_s / w.main_wall_s for w in m.walls if w.pr_wall_s and w.main_wall_s]
-    if not (m.speedup_rounds and ar and gdec and gpre and wall):
-        raise EvalbotError("calibration produced no paired measurements")
-    return NoiseFloor(
-        box=box, profile=profile, calibrated=True, rounds=rounds, base_sha=base_sha, measured_at=utc_now(),
-        dspark_decode=margin * abs(median(m.speedup_rounds) - 1.0), ar_decode=margin * max_abs_deviation(ar),
-        guard_decode=margin * max_abs_deviation(gdec), guard_prefill=margin * max_abs_deviation(gpre),
-        tau_check_wall=margin * max_abs_deviation(wall),
-    )
-
-
 def calibrate(
     repo: Path,
     base: str = "main",
     *,
-    profile: str = "cpu",
+    profile: str | None = None,
     rounds: int | None = None,
     settings: Settings | None = None,
     harness_ref: str | None = None,
@@ -238,16 +185,14 @@ def calibrate(
     """Run `base` against itself (A/A) and store the box's noise floor for `profile`."""
     repo = gitops.repo_root(repo)
     settings = settings or load_settings(repo)
-    prof = settings.profile(profile)
+    profile = profile_for(settings, profile)
+    prof = settings.profile_settings(profile)
     rounds = max(prof.rounds, 2) if rounds is None else rounds
     if rounds < 1:
         raise EvalbotError("--rounds must be at least 1")
-    pinned = _pin(repo, base, base, settings, harness_ref)
+    pinned = pin_harness(repo, base, base, settings, harness_ref)
     with gitops.scratch_dir("evalbot-aa-") as scratch:
-        with gitops.worktree(repo, pinned.base_sha, scratch, "a") as wt_a, \
-                gitops.worktree(repo, pinned.base_sha, scratch, "b") as wt_b:
-            _overlay(pinned, wt_a)
-            _overlay(pinned, wt_b)
+        with overlaid_worktrees(pinned, scratch, ("a", "b"), (pinned.base_sha, pinned.base_sha)) as (wt_a, wt_b):
             (scratch / "io").mkdir()
             runner = HarnessRunner(settings, profile, {"base": wt_a, "head": wt_b}, scratch / "io", environ)
             problem = runner.check_imports("base")

@@ -6,8 +6,7 @@ import itertools
 
 import pytest
 
-from evalbot.automerge import (
-    TIER_ORDER,
+from evalbot.decide.automerge import (
     AutomergePolicy,
     RoundEntry,
     choose_round_merge,
@@ -16,6 +15,7 @@ from evalbot.automerge import (
     tier_rank,
     why_not_eligible,
 )
+from evalbot.settings.tiers import TIER_ORDER
 
 ALL_TIERS = ("REJECT",) + TIER_ORDER
 ON = AutomergePolicy(enabled=True, min_tier="S")

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from evalbot import cli
-from evalbot.config import Settings
-from evalbot.demo import (EXAMPLES_DIR, EXPECTATIONS, _measured, apply_example, clone_head, load_example, load_examples,
-                          run_demo)
+from evalbot.settings import Settings
+from evalbot.demo import clone_head, run_demo
+from evalbot.examples import EXAMPLES_DIR, EXPECTATIONS, apply_example, is_measured, load_example, load_examples
 from evalbot.errors import EvalbotError
 from evalbot.forge.local import LocalForge
 
@@ -61,7 +61,7 @@ def test_only_the_harness_edit_goes_unmeasured(tmp_path):
     examples = load_examples(REPO / EXAMPLES_DIR)
     for ex in examples:
         apply_example(scratch, "main", ex)
-    assert [_measured(scratch, ex, _settings()) for ex in examples] == [True, True, True, False, True]
+    assert [is_measured(scratch, ex, _settings()) for ex in examples] == [True, True, True, False, True]
 
 
 def _example(root: Path, slug: str, readme: str, patch: str) -> Path:

@@ -18,7 +18,7 @@ def repo(tmp_path, monkeypatch):
     r = make_fake_repo(tmp_path / "repo")
     r.branch("fast", knobs={"dspark_speed": 2.5})
     monkeypatch.setenv("EVALBOT_BOX", "cli-box")
-    monkeypatch.setenv("EVALBOT__STATS__DEFAULT_NOISE_FLOOR", "0.10")
+    monkeypatch.setenv("EVALBOT_STATS__DEFAULT_NOISE_FLOOR", "0.10")
     monkeypatch.delenv("EVALBOT_SIGNING_KEY", raising=False)
     monkeypatch.delenv("EVALBOT_CONFIG", raising=False)
     return r

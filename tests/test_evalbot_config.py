@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from evalbot.config import HarnessCommands, Settings, load_settings
+from evalbot.settings import HarnessCommands, Settings, load_settings
 from evalbot.errors import ConfigError
 
 
@@ -35,8 +35,8 @@ def test_json_file_and_env_overrides(tmp_path):
     cfg.write_text(json.dumps({"stats": {"bootstrap_seed": 1}}))
     env = {
         "EVALBOT_CONFIG": str(cfg),
-        "EVALBOT__STATS__BOOTSTRAP_RESAMPLES": "500",
-        "EVALBOT__PROFILES__CPU__ROUNDS": "4",
+        "EVALBOT_STATS__BOOTSTRAP_RESAMPLES": "500",
+        "EVALBOT_PROFILES__CPU__ROUNDS": "4",
         "EVALBOT_SIGNING_KEY": "/keys/bot.pem",
         "EVALBOT_BOX": "h200-a",
     }
@@ -70,7 +70,7 @@ def test_missing_config_file_is_an_error(tmp_path):
 
 def test_unknown_profile_is_an_error():
     with pytest.raises(ConfigError, match="unknown profile 'tpu'"):
-        Settings().profile("tpu")
+        Settings().profile_settings("tpu")
 
 
 def test_harness_commands_in_one_place():

@@ -2,8 +2,8 @@
 
 import pytest
 
-from evalbot.config import IntegritySettings
-from evalbot.forgery import (
+from evalbot.settings import IntegritySettings
+from evalbot.decide.integrity import (
     check_all, check_guard_line, check_tau_line, check_workload, first_divergence, verified_lossless_runs,
     wallclock_cross_check,
 )

@@ -4,10 +4,10 @@ import random
 
 import pytest
 
-from evalbot.config import Thresholds
-from evalbot.forgery import Finding, IntegrityReport
-from evalbot.gates import evaluate, gate_accuracy, gate_ar, gate_guards, gate_integrity, gate_lossless, gate_reverify, gate_tau
-from evalbot.reverify import ReverifySummary
+from evalbot.settings import Thresholds
+from evalbot.decide.integrity import Finding, IntegrityReport
+from evalbot.decide.gates import evaluate, gate_accuracy, gate_ar, gate_guards, gate_integrity, gate_lossless, gate_reverify, gate_tau
+from evalbot.decide.reverify import ReverifySummary
 from evalbot.testing import builders as b
 
 TH = Thresholds()

@@ -2,7 +2,7 @@
 
 import pytest
 
-from evalbot import gitops
+from evalbot.measure import gitops
 from evalbot.errors import GitError, HarnessPinError
 from evalbot.testing import make_fake_repo
 

@@ -3,7 +3,9 @@
 import pytest
 
 from evalbot.errors import ForgeError
-from evalbot.forge.base import SCORECARD_MARKER_PREFIX, TIER_LABEL_PREFIXES, Forge
+from evalbot.forge.base import Forge
+from evalbot.report.scorecard import SCORECARD_MARKER_PREFIX
+from evalbot.settings.tiers import TIER_LABEL_PREFIXES
 from evalbot.forge.local import LocalForge
 from evalbot.testing import make_fake_repo
 

@@ -7,14 +7,15 @@ from pathlib import Path
 import pytest
 
 from evalbot import pipeline
-from evalbot.config import IntegritySettings, ProfileSettings, ProgramTimeouts, Settings, Thresholds
+from evalbot.settings import IntegritySettings, ProfileSettings, ProgramTimeouts, Settings, Thresholds
 from evalbot.errors import EvalbotError, GitError, HarnessPinError
 from evalbot.forge.local import LocalForge
-from evalbot.gates import gate_ar, gate_guards
-from evalbot.measurements import summarize
-from evalbot.noise import load_noise_floor
-from evalbot.receipt import verify_file
-from evalbot.runner import build_schedule
+from evalbot.decide.calibration import noise_from_aa
+from evalbot.decide.gates import gate_ar, gate_guards
+from evalbot.decide.measurements import summarize
+from evalbot.decide.noise import load_noise_floor
+from evalbot.report.receipt import verify_file
+from evalbot.measure.harness_runner import build_schedule
 from evalbot.testing import builders as b
 from evalbot.testing import make_fake_repo
 
@@ -324,7 +325,7 @@ def test_broken_signing_key_fails_before_measuring(repo, tmp_path):
 
 
 def test_signed_receipt_verifies(repo, tmp_path):
-    from evalbot.receipt import generate_keypair
+    from evalbot.report.receipt import generate_keypair
 
     priv, pub = generate_keypair(tmp_path / "bot.pem")
     repo.branch("fast", knobs=FAST)
@@ -396,7 +397,7 @@ def test_aa_floor_is_taken_on_the_gated_statistics_not_single_runs():
     # round 0: head 20% fast, round 1: head 10% slow (a noisy CPU box). Single runs stray 20%; the
     # medians over rounds, which the tier and the gates read, stray 4.5% (DSpark), 5% (AR), 5% (guard).
     rows = [(10.0, 12.0, 10.0, 12.0, 100.0, 120.0), (10.0, 9.0, 10.0, 9.0, 100.0, 90.0)]
-    floor = pipeline.noise_from_aa(_aa_records(rows), box="b", profile="cpu", rounds=2, base_sha="0" * 40, margin=1.5)
+    floor = noise_from_aa(_aa_records(rows), box="b", profile="cpu", rounds=2, base_sha="0" * 40, margin=1.5)
     speedup_median = ((1.2 * 1.2) ** 0.5 + (0.9 * 0.9) ** 0.5) / 2  # per-round geomeans 1.2 and 0.9
     assert floor.dspark_decode == pytest.approx(1.5 * abs(speedup_median - 1))
     assert floor.ar_decode == pytest.approx(1.5 * abs((1.2 + 0.9) / 2 - 1))
@@ -411,4 +412,4 @@ def test_aa_floor_is_taken_on_the_gated_statistics_not_single_runs():
 def test_aa_floor_needs_paired_rounds():
     recs = [r for r in _aa_records([(10, 10, 10, 10, 100, 100)]) if r.ref == "base"]
     with pytest.raises(EvalbotError, match="no paired measurements"):
-        pipeline.noise_from_aa(recs, box="b", profile="cpu", rounds=1, base_sha="0" * 40, margin=1.5)
+        noise_from_aa(recs, box="b", profile="cpu", rounds=1, base_sha="0" * 40, margin=1.5)

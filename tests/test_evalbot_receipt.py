@@ -8,11 +8,11 @@ import stat
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from evalbot import receipt
+from evalbot.report import receipt
 from evalbot.errors import ReceiptError
-from evalbot.outcome import ScoreOutcome
+from evalbot.decide.outcome import ScoreOutcome
 from evalbot.testing import builders as b
-from evalbot.verdict import decide
+from evalbot.decide.verdict import decide
 
 
 def outcome(**kw) -> ScoreOutcome:

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from evalbot.errors import ContractViolation
-from evalbot.results import HarnessReportedError, parse_output
+from evalbot.decide.contract import HarnessReportedError, parse_output
 from evalbot.testing import builders as b
 
 NONCE = b.NONCE

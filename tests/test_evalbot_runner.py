@@ -3,10 +3,11 @@
 import sys
 import time
 
-from evalbot.config import EnvPolicy
-from evalbot.runner import (
-    NONCE_ENV, ProcessResult, Step, abba_order, build_schedule, child_env, record_from, run_process, scrub_env,
-)
+from evalbot.settings import EnvPolicy
+from evalbot.decide.records import Step
+from evalbot.measure.environment import NONCE_ENV, child_env, scrub_env
+from evalbot.measure.harness_runner import abba_order, build_schedule, record_from
+from evalbot.measure.process import ProcessResult, run_process
 from evalbot.testing import builders as b
 
 SECRETS = {
@@ -103,8 +104,8 @@ import pwd as _pwd
 
 import pytest as _pytest
 
-from evalbot.config import Sandbox
-from evalbot.runner import run_process, sandbox_prefix  # noqa: E402
+from evalbot.settings import Sandbox
+from evalbot.measure.sandbox import sandbox_prefix  # noqa: E402
 
 
 def _nobody_available() -> bool:
@@ -134,7 +135,7 @@ def test_sandboxed_child_cannot_read_the_signing_key_or_outlive_its_run(tmp_path
     assert "secret" in free.stdout  # same user: the key is readable (why the sandbox exists)
     boxed = run_process([sys.executable, "-c", code, str(secret)], tmp_path, env, 60, tmp_path, Sandbox(user="nobody"))
     assert boxed.returncode == 0 and boxed.stdout.strip() == "denied"
-    from evalbot.runner import user_processes
+    from evalbot.measure.sandbox import user_processes
 
     assert user_processes(_pwd.getpwnam("nobody").pw_uid) == []  # the setsid'd sleep is gone too
 

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from evalbot import cli, worker
+from evalbot import cli
+from evalbot.bot.worker import main as worker_main
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl is Linux-only")
 REPO = Path(__file__).resolve().parents[1]
@@ -41,7 +42,7 @@ def _bot(flag: str) -> str:
         python = "/usr/bin/python3"  # a venv's interpreter may live under root's home
         if not (shutil.which("setpriv") and os.access(python, os.X_OK)):
             pytest.skip("running as root without setpriv or /usr/bin/python3")
-    cmd = [python, "-c", BOT, flag, str(REPO / "evalbot" / "hardening.py")]
+    cmd = [python, "-c", BOT, flag, str(REPO / "evalbot" / "measure" / "hardening.py")]
     if os.getuid() == 0:
         nobody = pwd.getpwnam("nobody")
         cmd = ["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups", *cmd]
@@ -64,4 +65,4 @@ def test_commands_that_run_pr_code_mark_the_process(monkeypatch, tmp_path):
 
 
 def test_worker_entry_point_marks_the_process():
-    assert "make_undumpable()" in inspect.getsource(worker.run_worker)
+    assert "make_undumpable()" in inspect.getsource(worker_main.run_worker)

@@ -5,11 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from evalbot.forge.base import SCORECARD_MARKER_PREFIX
-from evalbot.outcome import ReceiptInfo, ScoreOutcome
-from evalbot.scorecard import check_report, render_scorecard, scorecard_marker
+from evalbot.report.scorecard import SCORECARD_MARKER_PREFIX
+from evalbot.decide.outcome import ReceiptInfo, ScoreOutcome
+from evalbot.report.scorecard import check_report, render_scorecard, scorecard_marker
 from evalbot.testing import builders as b
-from evalbot.verdict import decide, infrastructure_error, not_evaluated_harness_changed
+from evalbot.decide.verdict import decide, infrastructure_error, not_evaluated_harness_changed
 
 GOLDEN = Path(__file__).parent / "golden"
 HEAD, BASE = "b545b4f2a" + "1" * 31, "f3b2e04" + "2" * 33

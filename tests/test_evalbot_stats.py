@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from evalbot import stats
+from evalbot.decide import stats
 
 
 def test_median_and_mean():

@@ -2,8 +2,8 @@
 
 import pytest
 
-from evalbot.config import TierBand, TierSettings
-from evalbot.tiers import all_tier_names, band_for, labels_for, tier_for
+from evalbot.settings import TierBand, TierSettings
+from evalbot.decide.tiers import all_tier_names, band_for, labels_for, tier_for
 
 T = TierSettings()
 SURE = (50.0, 60.0)  # a CI far from zero and noise

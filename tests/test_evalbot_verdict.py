@@ -4,10 +4,10 @@ import random
 
 import pytest
 
-from evalbot.forgery import Finding, IntegrityReport
-from evalbot.reverify import ReverifySummary
+from evalbot.decide.integrity import Finding, IntegrityReport
+from evalbot.decide.reverify import ReverifySummary
 from evalbot.testing import builders as b
-from evalbot.verdict import compute_speedup, decide, infrastructure_error, not_evaluated_harness_changed
+from evalbot.decide.verdict import compute_speedup, decide, infrastructure_error, not_evaluated_harness_changed
 
 S = b.settings()
 

@@ -14,14 +14,18 @@ import subprocess
 import pytest
 from starlette.testclient import TestClient
 
-from evalbot.forge.base import CHECK_NAME, NEEDS_REBASE_LABEL, SCORECARD_MARKER_PREFIX
-from evalbot.forge.github import GitHubForge, RetryPolicy
-from evalbot.jobs.ledger import DONE
-from evalbot.jobs.queue import JobQueue
-from evalbot.service.app import create_app
-from evalbot.service.settings import settings_from_env
+from evalbot.forge.base import CHECK_NAME
+from evalbot.report.scorecard import SCORECARD_MARKER_PREFIX
+from evalbot.settings.tiers import NEEDS_REBASE_LABEL
+from evalbot.forge.github import GitHubForge
+from evalbot.forge.github_retry import RetryPolicy
+from evalbot.bot.jobs.ledger import DONE
+from evalbot.bot.jobs.queue import JobQueue
+from evalbot.bot.webhook.app import create_app
+from evalbot.settings import load_settings
 from evalbot.testing import make_fake_repo
-from evalbot.worker import SECRET_ENV_VARS, build_worker, scrub_secrets_from_environment
+from evalbot.bot.worker.main import build_worker
+from evalbot.bot.worker.secrets import SECRET_ENV_VARS, scrub_secrets_from_environment
 from fakegithub import FakeGitHub
 from fakegithub.helpers import SECRET, payload, post_event
 
@@ -48,7 +52,7 @@ class Deployment:
         self.repo = github.add_repo(REPO, main_sha=self.dev.sha("main"))
         values = dict(repo=REPO, webhook_secret=SECRET, state_dir=tmp_path / "state", checkout_dir=self.box, profile="cpu")
         values.update(settings)
-        self.settings = settings_from_env({}, **values)
+        self.settings = load_settings(environ={}, **values)
         self.queue = JobQueue.from_settings(self.settings)
         forge = GitHubForge.from_token("app-token", REPO, base_url=github.base_url, throttle=False,
                                        retry=RetryPolicy(attempts=2), sleep=lambda s: None, receipts_dir=self.settings.receipts_dir)

@@ -6,8 +6,11 @@ import json
 
 import pytest
 
-from evalbot.forge.base import CHECK_NAME, NEEDS_REBASE_LABEL, SCORECARD_MARKER_PREFIX, TIER_LABEL_PREFIXES, Forge
-from evalbot.forge.github import ForgeRefused, ForgeUnavailable, GitHubForge, RetryPolicy
+from evalbot.forge.base import CHECK_NAME, Forge
+from evalbot.report.scorecard import SCORECARD_MARKER_PREFIX
+from evalbot.settings.tiers import NEEDS_REBASE_LABEL, TIER_LABEL_PREFIXES
+from evalbot.forge.github import GitHubForge
+from evalbot.forge.github_retry import ForgeRefused, ForgeUnavailable, RetryPolicy
 from fakegithub import APP_LOGIN, FakeGitHub, fake_sha
 
 REPO = "octo/dspark"
@@ -211,7 +214,9 @@ def test_bad_token_is_refused_clearly(fake):
 
 
 # -- the pure parts of the adapter ---------------------------------------------------------------------
-from evalbot.forge.github import is_rate_limited, labels_to_change, retry_delay, sticky_search_key  # noqa: E402
+from evalbot.forge.github import sticky_search_key  # noqa: E402
+from evalbot.forge.github_labels import labels_to_change  # noqa: E402
+from evalbot.forge.github_retry import is_rate_limited, retry_delay  # noqa: E402
 
 POLICY = RetryPolicy(attempts=5, base_delay=1.0, max_delay=60.0, max_wait_for_reset=300.0)
 

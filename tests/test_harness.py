@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from evalbot.results import parse_output
+from evalbot.decide.contract import parse_output
 from harness.compare import compare
 from harness.prompts import PROMPT_NAMES, ShortCorpusError, exact_prompt, load_text, token_digest
 

@@ -6,10 +6,11 @@ import threading
 
 import pytest
 
-from evalbot.jobs.boxlock import BoxLock
-from evalbot.jobs.ledger import DONE, FAILED, QUEUED, RUNNING, SCORED, SUPERSEDED, RedisLedger, SqliteLedger
-from evalbot.jobs.model import ScoreJob
-from fakegithub.helpers import redis_url  # noqa: F401  (pytest fixture)
+from evalbot.bot.jobs.boxlock import BoxLock
+from evalbot.bot.jobs.ledger import DONE, FAILED, QUEUED, RUNNING, SCORED, SUPERSEDED
+from evalbot.bot.jobs.ledger_stores import RedisLedger, SqliteLedger
+from evalbot.bot.jobs.model import ScoreJob
+from fakegithub.helpers import fake_outcome, redis_url  # noqa: F401  (redis_url: a pytest fixture)
 
 JOB = ScoreJob(repo="o/r", pr_number=3, head_sha="a" * 40, base_sha="b" * 40, reason="opened")
 T = 1000.0
@@ -36,10 +37,11 @@ def test_the_life_of_a_job(ledger):
     assert ledger.claim(JOB.key, "box/1/a", T + 1)
     assert not ledger.claim(JOB.key, "box/2/b", T + 1)  # exactly one worker
     assert ledger.heartbeat(JOB.key, "box/1/a", T + 5) and not ledger.heartbeat(JOB.key, "box/2/b", T + 5)
-    assert not ledger.record_outcome(JOB.key, "box/2/b", b"x", T + 6)
-    assert ledger.record_outcome(JOB.key, "box/1/a", b"\x00verdict\xff", T + 6)
+    outcome = fake_outcome(JOB, "XL", 0.25)
+    assert not ledger.record_outcome(JOB.key, "box/2/b", outcome, T + 6)
+    assert ledger.record_outcome(JOB.key, "box/1/a", outcome, T + 6)
     record = ledger.get(JOB.key)
-    assert record.state == SCORED and record.outcome_bytes == b"\x00verdict\xff" and record.attempts == 1
+    assert record.state == SCORED and record.load_outcome() == outcome and record.attempts == 1
     assert ledger.note_publish_failure(JOB.key, T + 7, "502")
     assert ledger.get(JOB.key).publish_attempts == 1
     assert ledger.finish(JOB.key, DONE, T + 8, "published")

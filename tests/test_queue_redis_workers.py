@@ -1,4 +1,4 @@
-"""Real worker processes (`python -m evalbot.worker`) on one queue: a real redis-server shared by two
+"""Real worker processes (`python -m evalbot worker`) on one queue: a real redis-server shared by two
 boxes, and SQLite on one box; SIGKILL a worker mid-job and check that nothing is lost."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from evalbot.jobs.ledger import DONE
-from evalbot.jobs.model import ScoreJob
-from evalbot.jobs.queue import JobQueue
-from evalbot.service.settings import settings_from_env
+from evalbot.bot.jobs.ledger import DONE
+from evalbot.bot.jobs.model import ScoreJob
+from evalbot.bot.jobs.queue import JobQueue
+from evalbot.settings import load_settings
 from fakegithub import FakeGitHub
 from fakegithub.helpers import redis_url  # noqa: F401  (pytest fixture)
 
@@ -38,7 +38,7 @@ class Box:
         self.env = {
             **{k: v for k, v in os.environ.items() if not k.startswith("EVALBOT_")},
             "PYTHONPATH": f"{ROOT / 'tests'}{os.pathsep}{ROOT}",
-            "EVALBOT_REPO": REPO, "EVALBOT_BOX_ID": name, "EVALBOT_STATE_DIR": str(tmp / name),
+            "EVALBOT_REPO": REPO, "EVALBOT_BOX": name, "EVALBOT_STATE_DIR": str(tmp / name),
             "EVALBOT_GITHUB_TOKEN": "app-token", "EVALBOT_GITHUB_API_URL": github.base_url, "EVALBOT_GITHUB_THROTTLE": "0",
             "EVALBOT_RECEIPTS_BRANCH": "", "EVALBOT_SCORER": "fakegithub.helpers:slow_scorer_factory",
             "EVALBOT_PUBLISHER": "fakegithub.helpers:basic_publisher_factory", "EVALBOT_HEARTBEAT_SECONDS": "0.2",
@@ -49,7 +49,7 @@ class Box:
 
     def start(self) -> "Box":
         with open(self.log, "a") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "evalbot.worker", "--log-level", "info"], env=self.env,
+            self.proc = subprocess.Popen([sys.executable, "-m", "evalbot", "worker", "--log-level", "info"], env=self.env,
                                          stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
         return self
 
@@ -92,7 +92,7 @@ def _started(marks: Path, pid: int) -> list[Path]:
 
 
 def test_two_boxes_share_a_redis_queue_and_a_killed_one_loses_nothing(tmp_path, redis_url, github):
-    queue = JobQueue.from_settings(settings_from_env({}, repo=REPO, redis_url=redis_url, state_dir=tmp_path / "producer"))
+    queue = JobQueue.from_settings(load_settings(environ={}, repo=REPO, redis_url=redis_url, state_dir=tmp_path / "producer"))
     jobs = _submit(queue, github, range(1, 5))
     extra = {"EVALBOT_REDIS_URL": redis_url}
     box1 = Box("gpu-1", tmp_path, github, extra).start()
@@ -121,7 +121,7 @@ def test_two_boxes_share_a_redis_queue_and_a_killed_one_loses_nothing(tmp_path, 
 
 def test_one_box_on_sqlite_killed_mid_job_runs_it_again_after_restart(tmp_path, github):
     box = Box("gpu-1", tmp_path, github, {"EVALBOT_STALE_AFTER_SECONDS": "3600"})  # only a restart can recover it
-    queue = JobQueue.from_settings(settings_from_env({}, repo=REPO, state_dir=tmp_path / "gpu-1"))
+    queue = JobQueue.from_settings(load_settings(environ={}, repo=REPO, state_dir=tmp_path / "gpu-1"))
     (job,) = _submit(queue, github, [7])
     marks = tmp_path / "marks"
     box.start()

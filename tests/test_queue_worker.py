@@ -9,14 +9,18 @@ import sys
 
 import pytest
 
-from evalbot.forge.base import CHECK_NAME, NEEDS_REBASE_LABEL, SCORECARD_MARKER_PREFIX
-from evalbot.forge.github import GitHubForge, RetryPolicy
-from evalbot.jobs.boxlock import BoxLock
-from evalbot.jobs.ledger import DONE, FAILED, QUEUED, RUNNING, SCORED, SUPERSEDED
-from evalbot.jobs.model import MainMoved, Reply, RescoreRequest, ScoreJob, SetAutomerge
-from evalbot.jobs.queue import JobQueue, make_huey, make_ledger
-from evalbot.service.settings import settings_from_env
-from evalbot.worker import SECRET_ENV_VARS, Worker, WorkerConfig, scrub_secrets_from_environment
+from evalbot.forge.base import CHECK_NAME
+from evalbot.report.scorecard import SCORECARD_MARKER_PREFIX
+from evalbot.settings.tiers import NEEDS_REBASE_LABEL
+from evalbot.forge.github import GitHubForge
+from evalbot.forge.github_retry import RetryPolicy
+from evalbot.bot.jobs.boxlock import BoxLock
+from evalbot.bot.jobs.ledger import DONE, FAILED, QUEUED, RUNNING, SCORED, SUPERSEDED
+from evalbot.bot.jobs.model import MainMoved, Reply, RescoreRequest, ScoreJob, SetAutomerge
+from evalbot.bot.jobs.queue import JobQueue, make_huey, make_ledger
+from evalbot.settings import load_settings
+from evalbot.bot.worker.secrets import SECRET_ENV_VARS, scrub_secrets_from_environment
+from evalbot.bot.worker.worker import Worker
 from fakegithub import FakeGitHub, fake_sha
 from fakegithub.helpers import basic_publisher, fake_outcome
 
@@ -45,7 +49,10 @@ class Rig:
         server.faults.clear()
         self.repo = server.add_repo(REPO)
         self.clock = Clock()
-        settings = settings_from_env({}, repo=REPO, state_dir=tmp_path / "state")
+        settings = dict(repo=REPO, box="box-a", state_dir=tmp_path / "state", busy_retry_seconds=0.05, infra_retry_seconds=0,
+                        progress_seconds=0, heartbeat_seconds=30)
+        settings.update(config)
+        settings = load_settings(environ={}, **settings)
         self.queue = JobQueue(make_huey(settings), make_ledger(settings), clock=self.clock)
         self.ledger = self.queue.ledger
         self.forge = GitHubForge.from_token("app-token", REPO, base_url=server.base_url, throttle=False,
@@ -53,10 +60,7 @@ class Rig:
         self.tiers: dict[int, tuple[str, float]] = {}
         self.scored: list[str] = []
         self.fail_scorer = 0
-        defaults = dict(box_id="box-a", state_dir=tmp_path / "state", busy_retry_seconds=0.05, infra_retry_seconds=0,
-                        progress_min_interval=0, heartbeat_seconds=30)
-        defaults.update(config)
-        self.worker = Worker(self.queue, lambda repo: self.forge, self.score, basic_publisher, WorkerConfig(**defaults), clock=self.clock)
+        self.worker = Worker(self.queue, lambda repo: self.forge, self.score, basic_publisher, settings, clock=self.clock)
         self.queue.bind(self.worker)
 
     def score(self, job, progress):
@@ -189,7 +193,7 @@ def test_job_of_a_dead_worker_on_this_box_runs_again(rig):
     job = rig.job(1)
     rig.ledger.submit(job, rig.clock())
     assert rig.ledger.claim(job.key, "box-a/4242/dead", rig.clock())  # claimed, then the process was killed
-    assert rig.queue.recover("box-a", rig.worker.config.box_lock_path, 120) == [job.key]
+    assert rig.queue.recover("box-a", rig.worker.settings.box_lock_path, 120) == [job.key]
     rig.run()
     assert rig.ledger.get(job.key).state == DONE and rig.scored == [job.key]
 
@@ -209,7 +213,7 @@ def test_job_of_a_dead_worker_on_another_box_waits_for_its_heartbeat_to_go_stale
 def test_a_busy_box_puts_the_job_back(rig):
     rig.pull(1)
     rig.queue.submit_score(rig.job(1))
-    held = BoxLock(rig.worker.config.box_lock_path)
+    held = BoxLock(rig.worker.settings.box_lock_path)
     assert held.try_acquire()
     rig.run()
     assert rig.scored == [] and rig.ledger.get(rig.job(1).key).state == QUEUED
@@ -251,7 +255,7 @@ def test_main_moved_labels_needs_rebase_while_the_new_score_waits(rig):
     rig.queue.submit_score(rig.job(1))
     rig.run()
     rig.worker.scorer = lambda job, progress: (_ for _ in ()).throw(RuntimeError("box down"))
-    rig.worker.config.max_attempts = 1
+    rig.worker.settings = rig.worker.settings.model_copy(update={"max_attempts": 1})
     new_main = fake_sha("pushed again")
     rig.repo.branches["main"] = new_main
     rig.queue.submit_chore(MainMoved(repo=REPO, main_sha=new_main))

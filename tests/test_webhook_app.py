@@ -10,18 +10,18 @@ import json
 import pytest
 from starlette.testclient import TestClient
 
-from evalbot.jobs.ledger import QUEUED
-from evalbot.jobs.queue import JobQueue, make_huey, make_ledger
-from evalbot.service.app import create_app
-from evalbot.service.settings import settings_from_env
-from evalbot.service.signature import sign
+from evalbot.bot.jobs.ledger import QUEUED
+from evalbot.bot.jobs.queue import JobQueue, make_huey, make_ledger
+from evalbot.bot.webhook.app import create_app
+from evalbot.settings import load_settings
+from evalbot.bot.webhook.signature import sign
 from fakegithub.helpers import FIXTURE_MAIN, FIXTURE_REPO, SECRET, comment_payload, payload, post_event, webhook_headers
 
 
 def make_settings(tmp_path, **overrides):
     values = dict(repo=FIXTURE_REPO, main_branch=FIXTURE_MAIN, webhook_secret=SECRET, state_dir=tmp_path, max_body_bytes=64 * 1024)
     values.update(overrides)
-    return settings_from_env({}, **values)
+    return load_settings(environ={}, **values)
 
 
 class Harness:

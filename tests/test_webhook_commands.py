@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from evalbot import commands
-from evalbot.commands import Command, CommandError, is_trusted, parse_commands
-from evalbot.service.texts import render
+from evalbot.bot import commands
+from evalbot.bot.commands import Command, CommandError, is_trusted, parse_commands
+from evalbot.report.render import render
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""`python -m evalbot.service` (what `evalbot serve` runs): real uvicorn on loopback, real HTTP."""
+"""`python -m evalbot serve`: real uvicorn on loopback, real HTTP."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def _env(tmp_path, **extra):
 @pytest.fixture
 def served(tmp_path):
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "evalbot.service", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
+    proc = subprocess.Popen([sys.executable, "-m", "evalbot", "serve", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
                             env=_env(tmp_path, EVALBOT_WEBHOOK_SECRET=SECRET), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 20
@@ -61,7 +61,7 @@ def test_serve_rejects_an_unsigned_post(served):
 
 
 def test_serve_refuses_to_start_without_a_secret(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "evalbot.service", "--port", str(free_port())], env=_env(tmp_path),
+    done = subprocess.run([sys.executable, "-m", "evalbot", "serve", "--port", str(free_port())], env=_env(tmp_path),
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "missing setting(s): EVALBOT_WEBHOOK_SECRET" in done.stderr
     assert "Traceback" not in done.stderr
@@ -77,22 +77,23 @@ def test_serve_refuses_to_start_without_a_secret(tmp_path):
     ],
 )
 def test_bad_settings_are_one_clear_line(tmp_path, env, message):
-    done = subprocess.run([sys.executable, "-m", "evalbot.worker", "--burst"], env=_env(tmp_path, **env), cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "evalbot", "worker", "--burst"], env=_env(tmp_path, **env), cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
 
 
 def test_worker_without_credentials_says_what_to_set(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "evalbot.worker", "--burst"], env=_env(tmp_path), cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "evalbot", "worker", "--burst"], env=_env(tmp_path), cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "set EVALBOT_GITHUB_TOKEN" in done.stderr
 
 
 def test_secrets_can_come_from_files(tmp_path):
-    from evalbot.service.settings import SettingsError, settings_from_env
+    from evalbot.errors import ConfigError
+    from evalbot.settings import load_settings
 
     secret_file = tmp_path / "webhook-secret"
     secret_file.write_text("from-a-file\n")
-    assert settings_from_env({"EVALBOT_WEBHOOK_SECRET_FILE": str(secret_file)}).webhook_secret == "from-a-file"
-    with pytest.raises(SettingsError, match="EVALBOT_GITHUB_TOKEN_FILE: cannot read"):
-        settings_from_env({"EVALBOT_GITHUB_TOKEN_FILE": str(tmp_path / "missing")})
+    assert load_settings(environ={"EVALBOT_WEBHOOK_SECRET_FILE": str(secret_file)}).webhook_secret == "from-a-file"
+    with pytest.raises(ConfigError, match="EVALBOT_GITHUB_TOKEN_FILE: cannot read"):
+        load_settings(environ={"EVALBOT_GITHUB_TOKEN_FILE": str(tmp_path / "missing")})

@@ -1,8 +1,8 @@
-"""The forge Protocol: everything the bot asks of a code host.
+"""The forge Protocol: every method the bot calls on a code host, and nothing it reaches around.
 
 Two adapters implement it: `evalbot.forge.local.LocalForge` (SQLite under .evalbot/, the embedded
-default) and `evalbot.forge.github.GitHubForge` (PyGithub). The decision core never imports either;
-it takes a `Forge`.
+default) and `evalbot.forge.github.GitHubForge` (PyGithub). The pipeline and the worker take a
+`Forge`; the decision core never sees one.
 """
 
 from __future__ import annotations
@@ -10,10 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-TIER_LABEL_PREFIXES = ("eval-dspark:", "eval:")
-NEEDS_REBASE_LABEL = "dspark-needs-rebase"
-SCORECARD_MARKER_PREFIX = "<!-- dspark-evalbot:scorecard"
-CHECK_NAME = "DSpark eval"
+CHECK_NAME = "DSpark eval"  # the check run (or commit status) the bot keeps on every scored head
 
 
 @dataclass
@@ -46,6 +43,10 @@ class Forge(Protocol):
     def get_pull(self, number: int) -> PullInfo: ...
 
     def list_open_pulls(self) -> list[PullInfo]: ...
+
+    def branch_head_sha(self, branch: str) -> str:
+        """The commit a branch points at now (main, before a job runs and before a round merges)."""
+        ...
 
     def replace_labels(self, number: int, prefixes: tuple[str, ...], new_labels: list[str]) -> None:
         """Remove every label starting with one of `prefixes`, then add `new_labels` (idempotent)."""

@@ -20,100 +20,24 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
 import requests
 from github import Auth, Github, GithubException, InputGitTreeElement, UnknownObjectException
 
-from evalbot.forge.base import (
-    NEEDS_REBASE_LABEL,
-    SCORECARD_MARKER_PREFIX,
-    MergeResult,
-    PullInfo,
-)
-from evalbot.service.texts import render
+from evalbot.forge.base import MergeResult, PullInfo
+from evalbot.forge.github_labels import label_style, labels_to_change
+from evalbot.forge.github_retry import ForgeRefused, ForgeUnavailable, RetryPolicy, is_rate_limited, retry_delay
+from evalbot.report.render import render
+from evalbot.report.scorecard import SCORECARD_MARKER_PREFIX
+from evalbot.settings.tiers import DEFAULT_TIERS, TierSettings
 
 log = logging.getLogger("evalbot.forge.github")
 T = TypeVar("T")
 
 MAX_CHECK_TEXT = 65535  # GitHub's limit for a check run's output summary and text
 STATUS_ID_PREFIX = "status:"
-
-
-class ForgeUnavailable(RuntimeError):
-    """GitHub kept failing (5xx, rate limits, network) after every retry."""
-
-
-class ForgeRefused(RuntimeError):
-    """GitHub answered a definite no (4xx other than rate limits); retrying will not help."""
-
-    def __init__(self, what: str, status: int, message: str):
-        super().__init__(f"{what}: GitHub answered {status}: {message}")
-        self.status = status
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    attempts: int = 6
-    base_delay: float = 1.0
-    max_delay: float = 60.0
-    max_wait_for_reset: float = 300.0  # a rate-limit reset further away than this is left to the outbox
-
-
-def _header(headers: dict | None, name: str) -> str | None:
-    if not headers:
-        return None
-    for key, value in headers.items():
-        if key.lower() == name:
-            return value
-    return None
-
-
-def is_rate_limited(status: int, headers: dict | None, message: str) -> bool:
-    if status == 429:
-        return True
-    if status != 403:
-        return False
-    text = (message or "").lower()
-    return (
-        "rate limit" in text
-        or _header(headers, "retry-after") is not None
-        or _header(headers, "x-ratelimit-remaining") == "0"
-    )
-
-
-def retry_delay(
-    attempt: int, status: int | None, headers: dict | None, message: str, policy: RetryPolicy, now: float, jitter: float
-) -> float | None:
-    """Seconds to wait before attempt `attempt + 1`, or None when this failure is not worth retrying.
-
-    `status` None means a network error. `jitter` in [0, 1) spreads retries of many workers.
-    """
-    if attempt + 1 >= policy.attempts:
-        return None
-    backoff = min(policy.max_delay, policy.base_delay * (2**attempt)) * (0.5 + jitter / 2)
-    if status is None or status >= 500:
-        return backoff
-    if not is_rate_limited(status, headers, message):
-        return None
-    retry_after = _header(headers, "retry-after")
-    if retry_after and retry_after.strip().isdigit():
-        wait = float(retry_after)
-    elif _header(headers, "x-ratelimit-remaining") == "0" and (_header(headers, "x-ratelimit-reset") or "").isdigit():
-        wait = max(0.0, float(_header(headers, "x-ratelimit-reset")) - now) + 1.0
-    else:
-        wait = max(60.0 * (2**attempt), backoff)  # GitHub: wait at least a minute on a secondary limit
-    return wait if wait <= policy.max_wait_for_reset else None
-
-
-def labels_to_change(current: list[str], prefixes: tuple[str, ...], new_labels: list[str]) -> tuple[list[str], list[str]]:
-    """(labels to remove, labels to add) so that no label with one of `prefixes` remains but `new_labels`."""
-    wanted = list(dict.fromkeys(new_labels))
-    remove = [name for name in current if name.startswith(prefixes) and name not in wanted]
-    add = [name for name in wanted if name not in current]
-    return remove, add
 
 
 def sticky_search_key(marker: str) -> str:
@@ -126,14 +50,6 @@ def clip(text: str, limit: int = MAX_CHECK_TEXT) -> str:
         return text
     note = "\n\n… (truncated; the full text is in the sticky comment)"
     return text[: limit - len(note)] + note
-
-
-def label_style(name: str) -> tuple[str, str]:
-    """Colour (hex, no #) and one-line description for a label the bot creates."""
-    tier = name.split(":", 1)[1] if ":" in name else ""
-    colours = {"REJECT": "b60205", "none": "cfd3d7", "XS": "c2e0c6", "S": "a2eeef", "M": "7fd8be", "L": "0e8a16", "XL": "006b3c"}
-    colour = "fbca04" if name == NEEDS_REBASE_LABEL else colours.get(tier, "ededed")
-    return colour, render("gh_label_description.txt.j2", name=name, tier=tier).strip()[:100]
 
 
 _STATUS_STATE = {"success": "success", "neutral": "success", "skipped": "success", "failure": "failure",
@@ -153,6 +69,8 @@ class GitHubForge:
         receipts_dir: Path | None = None,
         bot_login: str = "",
         html_base_url: str = "https://github.com",
+        tiers: TierSettings = DEFAULT_TIERS,
+        templates: Path | None = None,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.time,
     ):
@@ -164,6 +82,7 @@ class GitHubForge:
         self.receipts_dir = receipts_dir
         self.bot_login = bot_login
         self.html_base_url = html_base_url.rstrip("/")
+        self.tiers, self.templates = tiers, templates
         self._sleep = sleep
         self._clock = clock
         self._known_labels: set[str] | None = None
@@ -234,7 +153,7 @@ class GitHubForge:
         for name in names:
             if name in self._known_labels:
                 continue
-            colour, description = label_style(name)
+            colour, description = label_style(name, self.tiers, self.templates)
 
             def create(name=name, colour=colour, description=description) -> None:
                 try:
@@ -378,7 +297,7 @@ class GitHubForge:
 
         if self._call("find receipts branch", exists):
             return
-        readme = render("gh_receipts_readme.md.j2", repo=self.repo_name)
+        readme = render("gh_receipts_readme.md.j2", templates=self.templates, repo=self.repo_name)
 
         def create() -> None:
             tree = self.repo.create_git_tree([InputGitTreeElement("README.md", "100644", "blob", content=readme)])
@@ -424,4 +343,4 @@ def _pull_info(pull, *, full: bool) -> PullInfo:
     )
 
 
-__all__ = ["GitHubForge", "ForgeUnavailable", "ForgeRefused", "RetryPolicy", "labels_to_change", "retry_delay"]
+__all__ = ["GitHubForge", "labels_to_change", "label_style", "sticky_search_key"]

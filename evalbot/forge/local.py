@@ -12,88 +12,14 @@ from __future__ import annotations
 
 import getpass
 import sqlite3
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
 from evalbot.errors import ForgeError, GitError
 from evalbot.forge.base import MergeResult, PullInfo
-from evalbot.gitops import git, ref_exists, resolve
-
-DB_NAME = "forge.sqlite3"
-SCHEMA_VERSION = 1
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS pulls (
-    number INTEGER PRIMARY KEY AUTOINCREMENT,
-    head_ref TEXT NOT NULL,
-    base_ref TEXT NOT NULL,
-    head_sha TEXT NOT NULL,
-    base_sha TEXT NOT NULL,
-    title TEXT NOT NULL DEFAULT '',
-    author TEXT NOT NULL DEFAULT '',
-    state TEXT NOT NULL DEFAULT 'open',
-    created_at TEXT NOT NULL,
-    updated_at TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS labels (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    number INTEGER NOT NULL REFERENCES pulls(number),
-    label TEXT NOT NULL,
-    UNIQUE (number, label)
-);
-CREATE TABLE IF NOT EXISTS comments (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    number INTEGER NOT NULL REFERENCES pulls(number),
-    body TEXT NOT NULL,
-    created_at TEXT NOT NULL,
-    updated_at TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS checks (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    head_sha TEXT NOT NULL,
-    name TEXT NOT NULL,
-    status TEXT NOT NULL,
-    conclusion TEXT,
-    title TEXT NOT NULL DEFAULT '',
-    summary TEXT NOT NULL DEFAULT '',
-    text TEXT,
-    created_at TEXT NOT NULL,
-    updated_at TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS receipts (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    number INTEGER NOT NULL,
-    head_sha TEXT NOT NULL,
-    path TEXT NOT NULL,
-    body TEXT NOT NULL,
-    created_at TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS merges (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    number INTEGER NOT NULL,
-    head_sha TEXT NOT NULL,
-    base_ref TEXT NOT NULL,
-    merge_sha TEXT NOT NULL,
-    title TEXT NOT NULL,
-    message TEXT NOT NULL,
-    created_at TEXT NOT NULL
-);
-"""
-
-_BOT_IDENTITY = {
-    "GIT_AUTHOR_NAME": "DSpark EvalBot",
-    "GIT_AUTHOR_EMAIL": "evalbot@localhost",
-    "GIT_COMMITTER_NAME": "DSpark EvalBot",
-    "GIT_COMMITTER_EMAIL": "evalbot@localhost",
-}
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
-
+from evalbot.forge.local_db import BOT_IDENTITY, DB_NAME, SCHEMA, SCHEMA_VERSION, connect, utc_stamp
+from evalbot.measure.gitops import git, ref_exists, resolve
 
 @dataclass
 class PullOverview:
@@ -118,19 +44,11 @@ class LocalForge:
         if not ignore.exists():
             ignore.write_text("# the bot's state; never committed\n*\n")
         with self._db() as db:
-            db.executescript(_SCHEMA)
+            db.executescript(SCHEMA)
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
-    @contextmanager
-    def _db(self) -> Iterator[sqlite3.Connection]:
-        db = sqlite3.connect(self.db_path, timeout=30)
-        db.row_factory = sqlite3.Row
-        try:
-            db.execute("PRAGMA journal_mode = WAL")
-            with db:
-                yield db
-        finally:
-            db.close()
+    def _db(self) -> AbstractContextManager[sqlite3.Connection]:
+        return connect(self.db_path)
 
     # -- PRs ------------------------------------------------------------------------------------
 
@@ -154,7 +72,7 @@ class LocalForge:
             ).fetchone()
             if row:
                 raise ForgeError(f"branch {head!r} already has open PR #{row['number']} against {base!r}")
-            now = _now()
+            now = utc_stamp()
             cur = db.execute(
                 "INSERT INTO pulls (head_ref, base_ref, head_sha, base_sha, title, author, state, created_at, updated_at)"
                 " VALUES (?, ?, ?, ?, ?, ?, 'open', ?, ?)",
@@ -171,7 +89,7 @@ class LocalForge:
             if (head_sha, base_sha) != (row["head_sha"], row["base_sha"]):
                 db.execute(
                     "UPDATE pulls SET head_sha = ?, base_sha = ?, updated_at = ? WHERE number = ?",
-                    (head_sha, base_sha, _now(), row["number"]),
+                    (head_sha, base_sha, utc_stamp(), row["number"]),
                 )
         labels = [r["label"] for r in db.execute("SELECT label FROM labels WHERE number = ? ORDER BY id", (row["number"],))]
         return PullInfo(
@@ -197,6 +115,12 @@ class LocalForge:
 
     def list_open_pulls(self) -> list[PullInfo]:
         return self.list_pulls("open")
+
+    def branch_head_sha(self, branch: str) -> str:
+        sha = self._branch_sha(branch)
+        if sha is None:
+            raise ForgeError(f"no branch {branch!r} in {self.repo}")
+        return sha
 
     def _require(self, db: sqlite3.Connection, number: int) -> None:
         if db.execute("SELECT 1 FROM pulls WHERE number = ?", (number,)).fetchone() is None:
@@ -229,7 +153,7 @@ class LocalForge:
             self._require(db, number)
             rows = db.execute("SELECT id, body FROM comments WHERE number = ? ORDER BY id", (number,)).fetchall()
             sticky = next((r for r in rows if marker in r["body"]), None)
-            now = _now()
+            now = utc_stamp()
             if sticky is not None:
                 db.execute("UPDATE comments SET body = ?, updated_at = ? WHERE id = ?", (body, now, sticky["id"]))
                 return str(sticky["id"])
@@ -241,7 +165,7 @@ class LocalForge:
     def comment(self, number: int, body: str) -> str:
         with self._db() as db:
             self._require(db, number)
-            now = _now()
+            now = utc_stamp()
             cur = db.execute(
                 "INSERT INTO comments (number, body, created_at, updated_at) VALUES (?, ?, ?, ?)", (number, body, now, now)
             )
@@ -255,7 +179,7 @@ class LocalForge:
 
     def start_check(self, head_sha: str, name: str, summary: str) -> str:
         with self._db() as db:
-            now = _now()
+            now = utc_stamp()
             cur = db.execute(
                 "INSERT INTO checks (head_sha, name, status, summary, created_at, updated_at)"
                 " VALUES (?, ?, 'in_progress', ?, ?, ?)",
@@ -271,7 +195,7 @@ class LocalForge:
             cur = db.execute(
                 "UPDATE checks SET status = ?, title = ?, summary = ?, conclusion = ?, text = ?, updated_at = ?"
                 " WHERE id = ?",
-                (status, title, summary, conclusion, text, _now(), int(check_id)),
+                (status, title, summary, conclusion, text, utc_stamp(), int(check_id)),
             )
             if cur.rowcount == 0:
                 raise ForgeError(f"no check run {check_id}")
@@ -287,7 +211,7 @@ class LocalForge:
         directory.mkdir(parents=True, exist_ok=True)
         with self._db() as db:
             self._require(db, number)
-            now = _now()
+            now = utc_stamp()
             cur = db.execute(
                 "INSERT INTO receipts (number, head_sha, path, body, created_at) VALUES (?, ?, '', ?, ?)",
                 (number, head_sha, receipt_json, now),
@@ -324,7 +248,7 @@ class LocalForge:
             tree = git(self.repo, "merge-tree", "--write-tree", pull.base_sha, pull.head_sha).splitlines()[0].strip()
         except GitError:
             return MergeResult(False, message="the PR does not merge cleanly into its base")
-        env = {} if git(self.repo, "config", "user.email", check=False).strip() else _BOT_IDENTITY
+        env = {} if git(self.repo, "config", "user.email", check=False).strip() else BOT_IDENTITY
         try:
             commit = git(
                 self.repo, "commit-tree", tree, "-p", pull.base_sha, "-m", f"{title}\n\n{message}".strip(), extra_env=env
@@ -337,7 +261,7 @@ class LocalForge:
         except GitError as e:
             return MergeResult(False, message=f"could not update {pull.base_ref}: {e}")
         with self._db() as db:
-            now = _now()
+            now = utc_stamp()
             db.execute(
                 "INSERT INTO merges (number, head_sha, base_ref, merge_sha, title, message, created_at)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -354,7 +278,7 @@ class LocalForge:
         with self._db() as db:
             self._require(db, number)
             db.execute(
-                "UPDATE pulls SET state = 'closed', updated_at = ? WHERE number = ? AND state = 'open'", (_now(), number)
+                "UPDATE pulls SET state = 'closed', updated_at = ? WHERE number = ? AND state = 'open'", (utc_stamp(), number)
             )
 
     # -- overview -------------------------------------------------------------------------------

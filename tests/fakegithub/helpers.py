@@ -11,13 +11,16 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from evalbot.forge.base import CHECK_NAME, SCORECARD_MARKER_PREFIX, TIER_LABEL_PREFIXES
-from evalbot.service.signature import sign
+from evalbot.forge.base import CHECK_NAME
+from evalbot.report.scorecard import SCORECARD_MARKER_PREFIX
+from evalbot.settings.tiers import TIER_LABEL_PREFIXES
+from evalbot.bot.webhook.signature import sign
+from evalbot.decide.outcome import CheckReport, ReceiptInfo, ScoreOutcome
+from evalbot.decide.verdict import Speedup, Verdict
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "github"
 FIXTURE_REPO = "Codertocat/Hello-World"  # the repository of GitHub's example payloads
@@ -89,34 +92,34 @@ def redis_url(tmp_path):
     proc.wait(timeout=10)
 
 
-@dataclass
-class FakeOutcome:
-    """What a fake scorer returns: the fields the worker and basic_publisher read."""
-
-    tier: str
-    conclusion: str
-    scorecard_markdown: str
-    receipt_json: str
-    head_sha: str
-    speedup: float = 0.0
-
-
-def fake_outcome(job, tier: str = "M", speedup: float = 0.08) -> FakeOutcome:
+def fake_outcome(job, tier: str = "M", speedup: float = 0.08) -> ScoreOutcome:
+    """What a fake scorer returns: a real ScoreOutcome (the worker keeps it in its ledger as JSON),
+    with the tier and speedup the test wants and a small scorecard and receipt."""
     rejected = tier == "REJECT"
     card = f"| DSpark eval | {tier} |\n| head | {job.head_sha[:12]} |\n| main | {job.base_sha[:12]} |"
     receipt = json.dumps({"pr": job.pr_number, "head": job.head_sha, "main": job.base_sha, "tier": tier}, sort_keys=True)
-    return FakeOutcome(tier, "failure" if rejected else "success", card, receipt, job.head_sha, speedup)
+    verdict = Verdict(
+        status="rejected" if rejected else "scored", tier=tier, labels=[f"eval-dspark:{tier}", f"eval:{tier}"], reason="fake",
+        speedup=Speedup(ratio=1 + speedup, pct=speedup * 100, rounds=3, confidence=0.95, noise_pct=0.0),
+    )
+    return ScoreOutcome(
+        repo=job.repo, base_ref="main", head_ref=f"pr-{job.pr_number}", base_sha=job.base_sha, head_sha=job.head_sha,
+        harness_ref="origin/main", harness_sha=job.base_sha, profile="cpu", rounds=3, reps=3, box="fake-box",
+        pr_number=job.pr_number, verdict=verdict, started_at="2026-01-01T00:00:00Z", scorecard=card,
+        receipt=ReceiptInfo(path="", signed=False, envelope=receipt),
+        check=CheckReport(conclusion="failure" if rejected else "success", title=f"DSpark eval: {tier}", summary=card),
+    )
 
 
-def basic_publisher(outcome, forge, pr_number: int, check_id: str | None = None) -> None:
+def basic_publisher(outcome: ScoreOutcome, forge, pr_number: int, check_id: str | None = None) -> None:
     """A stand-in for evalbot.pipeline.publish: labels, sticky card, completed check run, receipt."""
     forge.replace_labels(pr_number, TIER_LABEL_PREFIXES, [f"eval-dspark:{outcome.tier}", f"eval:{outcome.tier}"])
-    receipt_ref = forge.store_receipt(pr_number, outcome.head_sha, outcome.receipt_json)
-    forge.upsert_sticky_comment(pr_number, f"{SCORECARD_MARKER_PREFIX} v1 -->", f"{outcome.scorecard_markdown}\n\nreceipt: {receipt_ref}")
+    receipt_ref = forge.store_receipt(pr_number, outcome.head_sha, outcome.receipt.envelope)
+    forge.upsert_sticky_comment(pr_number, f"{SCORECARD_MARKER_PREFIX} v1 -->", f"{outcome.scorecard}\n\nreceipt: {receipt_ref}")
     if check_id is None:
         check_id = forge.start_check(outcome.head_sha, CHECK_NAME, "scored")
-    forge.update_check(check_id, status="completed", title=f"DSpark eval: {outcome.tier}", summary=outcome.scorecard_markdown,
-                       conclusion=outcome.conclusion)
+    forge.update_check(check_id, status="completed", title=outcome.check.title, summary=outcome.scorecard,
+                       conclusion=outcome.check.conclusion)
 
 
 def basic_publisher_factory(settings) -> Callable:

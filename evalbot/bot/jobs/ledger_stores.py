@@ -1,0 +1,168 @@
+"""The ledger's two stores, one behaviour (the state machine is `Ledger`): SQLite for one box, Redis
+for many. Each implements only the storage primitives."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from dataclasses import asdict
+from pathlib import Path
+
+from evalbot.bot.jobs.ledger import FIELD_TYPES, JobRecord, Ledger, record_from_strings
+
+
+class SqliteLedger(Ledger):
+    """One file under the state directory; shared by the service and the worker of one box."""
+
+    def __init__(self, path: Path | str):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(str(self.path), timeout=30, isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA busy_timeout=30000")
+        columns = ", ".join(
+            f"{name} {'INTEGER' if kind == 'int' else 'REAL' if kind == 'float' else 'TEXT'} NOT NULL"
+            + (" PRIMARY KEY" if name == "key" else "")
+            for name, kind in FIELD_TYPES.items()
+        )
+        self._db.execute(f"CREATE TABLE IF NOT EXISTS jobs ({columns})")
+        self._db.execute("CREATE TABLE IF NOT EXISTS kv (ns TEXT NOT NULL, k TEXT NOT NULL, v TEXT NOT NULL, PRIMARY KEY (ns, k))")
+
+    def _exec(self, sql: str, params: tuple = ()) -> sqlite3.Cursor:
+        with self._lock:
+            return self._db.execute(sql, params)
+
+    def _insert(self, record: JobRecord) -> bool:
+        data = asdict(record)
+        names = ", ".join(data)
+        marks = ", ".join("?" for _ in data)
+        return self._exec(f"INSERT OR IGNORE INTO jobs ({names}) VALUES ({marks})", tuple(data.values())).rowcount == 1
+
+    def _update(self, key, expect, changes, incr=()):
+        sets = [f"{name} = ?" for name in changes] + [f"{name} = {name} + 1" for name in incr]
+        params: list = [self._typed(name, value) for name, value in changes.items()]
+        where = ["key = ?"]
+        params.append(key)
+        for name, allowed in expect.items():
+            where.append(f"{name} IN ({', '.join('?' for _ in allowed)})")
+            params.extend(self._typed(name, value) for value in allowed)
+        sql = f"UPDATE jobs SET {', '.join(sets)} WHERE {' AND '.join(where)}"
+        return self._exec(sql, tuple(params)).rowcount == 1
+
+    @staticmethod
+    def _typed(name: str, value: str):
+        kind = FIELD_TYPES[name]
+        return int(value) if kind == "int" else float(value) if kind == "float" else value
+
+    def _row_to_record(self, cursor: sqlite3.Cursor, row: tuple) -> JobRecord:
+        names = [d[0] for d in cursor.description]
+        return JobRecord(**dict(zip(names, row)))
+
+    def get(self, key):
+        cursor = self._exec("SELECT * FROM jobs WHERE key = ?", (key,))
+        row = cursor.fetchone()
+        return self._row_to_record(cursor, row) if row else None
+
+    def records(self):
+        cursor = self._exec("SELECT * FROM jobs ORDER BY created_at, key")
+        return [self._row_to_record(cursor, row) for row in cursor.fetchall()]
+
+    def _kv_insert(self, namespace, key, value):
+        return self._exec("INSERT OR IGNORE INTO kv (ns, k, v) VALUES (?, ?, ?)", (namespace, key, value)).rowcount == 1
+
+    def _kv_get(self, namespace, key):
+        row = self._exec("SELECT v FROM kv WHERE ns = ? AND k = ?", (namespace, key)).fetchone()
+        return row[0] if row else None
+
+    def _kv_set(self, namespace, key, value):
+        self._exec("INSERT OR REPLACE INTO kv (ns, k, v) VALUES (?, ?, ?)", (namespace, key, value))
+
+    def _kv_delete(self, namespace, key):
+        self._exec("DELETE FROM kv WHERE ns = ? AND k = ?", (namespace, key))
+
+    def _kv_items(self, namespace):
+        return dict(self._exec("SELECT k, v FROM kv WHERE ns = ?", (namespace,)).fetchall())
+
+    def close(self):
+        with self._lock:
+            self._db.close()
+
+
+_REDIS_INSERT = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local data = cjson.decode(ARGV[1])
+for name, value in pairs(data) do redis.call('HSET', KEYS[1], name, value) end
+redis.call('SADD', KEYS[2], ARGV[2])
+return 1
+"""
+
+_REDIS_UPDATE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local expect = cjson.decode(ARGV[1])
+for name, allowed in pairs(expect) do
+  local current = redis.call('HGET', KEYS[1], name) or ''
+  local ok = false
+  for _, value in ipairs(allowed) do if current == value then ok = true end end
+  if not ok then return 0 end
+end
+local changes = cjson.decode(ARGV[2])
+for name, value in pairs(changes) do redis.call('HSET', KEYS[1], name, value) end
+for _, name in ipairs(cjson.decode(ARGV[3])) do redis.call('HINCRBY', KEYS[1], name, 1) end
+return 1
+"""
+
+
+class RedisLedger(Ledger):
+    """Hashes in Redis, shared by every box; each transition is one Lua script (atomic)."""
+
+    def __init__(self, url: str, namespace: str = "evalbot"):
+        import redis  # imported here so SQLite-only deployments never need a Redis client
+
+        self._redis = redis.Redis.from_url(url, decode_responses=True)
+        self.ns = namespace
+        self._insert_script = self._redis.register_script(_REDIS_INSERT)
+        self._update_script = self._redis.register_script(_REDIS_UPDATE)
+
+    def _job_key(self, key: str) -> str:
+        return f"{self.ns}:job:{key}"
+
+    def _insert(self, record):
+        data = {name: (repr(v) if isinstance(v, float) else str(v)) for name, v in asdict(record).items()}
+        return bool(self._insert_script(keys=[self._job_key(record.key), f"{self.ns}:jobs"], args=[json.dumps(data), record.key]))
+
+    def _update(self, key, expect, changes, incr=()):
+        # heartbeat_at is compared as the string it was stored as; repr() keeps floats exact both ways.
+        expect_json = json.dumps({name: list(allowed) for name, allowed in expect.items()})
+        return bool(self._update_script(keys=[self._job_key(key)], args=[expect_json, json.dumps(changes), json.dumps(list(incr))]))
+
+    def get(self, key):
+        raw = self._redis.hgetall(self._job_key(key))
+        return record_from_strings(raw) if raw else None
+
+    def records(self):
+        keys = sorted(self._redis.smembers(f"{self.ns}:jobs"))
+        pipe = self._redis.pipeline()
+        for key in keys:
+            pipe.hgetall(self._job_key(key))
+        found = [r for r in (record_from_strings(raw) for raw in pipe.execute() if raw) if r is not None]
+        return sorted(found, key=lambda r: (r.created_at, r.key))
+
+    def _kv_insert(self, namespace, key, value):
+        return bool(self._redis.hsetnx(f"{self.ns}:kv:{namespace}", key, value))
+
+    def _kv_get(self, namespace, key):
+        return self._redis.hget(f"{self.ns}:kv:{namespace}", key)
+
+    def _kv_set(self, namespace, key, value):
+        self._redis.hset(f"{self.ns}:kv:{namespace}", key, value)
+
+    def _kv_delete(self, namespace, key):
+        self._redis.hdel(f"{self.ns}:kv:{namespace}", key)
+
+    def _kv_items(self, namespace):
+        return self._redis.hgetall(f"{self.ns}:kv:{namespace}")
+
+    def close(self):
+        self._redis.close()

@@ -1,0 +1,169 @@
+"""The queue: huey (SQLite on one box, Redis across boxes) carrying keys, the ledger carrying truth.
+
+Messages hold only a job key or a small chore; the ledger decides whether a message still means
+work. That is what makes duplicates harmless and lets recovery simply enqueue again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from huey import PriorityRedisHuey, SqliteHuey
+from huey.api import Huey
+
+from pydantic import ValidationError
+
+from evalbot.bot.jobs.boxlock import BoxLock
+from evalbot.bot.jobs.ledger import QUEUED, Ledger
+from evalbot.bot.jobs.ledger_stores import RedisLedger, SqliteLedger
+from evalbot.bot.jobs.model import CHORE_ADAPTER, Action, AnnounceQueued, Chore, ScoreJob
+from evalbot.bot.jobs.serializer import JsonSerializer, UndecodableMessage
+from evalbot.settings import Settings
+
+log = logging.getLogger("evalbot.queue")
+
+QUEUE_NAME = "evalbot"
+SCORE_TASK = "evalbot.score"
+CHORE_TASK = "evalbot.chore"
+CHORE_PRIORITY = 10  # chores (comments, check runs, toggles) overtake waiting score jobs
+CHORE_RETRIES, CHORE_RETRY_DELAY = 5, 60  # a chore that fails (GitHub down) is tried again by huey
+
+
+class QueueHandlers(Protocol):
+    """The worker's side: what a dequeued message runs."""
+
+    def run_score(self, key: str) -> str: ...
+
+    def run_chore(self, chore: Chore) -> str: ...
+
+
+def make_huey(settings: Settings) -> Huey:
+    if settings.redis_url:
+        return PriorityRedisHuey(QUEUE_NAME, url=settings.redis_url, results=False, serializer=JsonSerializer())
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    return SqliteHuey(QUEUE_NAME, filename=str(settings.queue_db_path), results=False, serializer=JsonSerializer())
+
+
+def make_ledger(settings: Settings) -> Ledger:
+    if settings.redis_url:
+        return RedisLedger(settings.redis_url)
+    return SqliteLedger(settings.ledger_db_path)
+
+
+class JobQueue:
+    def __init__(self, huey: Huey, ledger: Ledger, clock: Callable[[], float] = time.time):
+        self.huey = huey
+        self.ledger = ledger
+        self.clock = clock
+        self._handlers: QueueHandlers | None = None
+        self._score_task = huey.task(name=SCORE_TASK)(self._run_score)
+        self._chore_task = huey.task(name=CHORE_TASK, priority=CHORE_PRIORITY, retries=CHORE_RETRIES,
+                                     retry_delay=CHORE_RETRY_DELAY)(self._run_chore)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "JobQueue":
+        return cls(make_huey(settings), make_ledger(settings))
+
+    # -- producer side (webhook, worker) -----------------------------------------------------------
+    def submit(self, action: Action, *, force: bool = False) -> bool:
+        """Queue an action from the webhook. False: the same score job is already known."""
+        if isinstance(action, ScoreJob):
+            return self.submit_score(action, force=force)
+        self.submit_chore(action)
+        return True
+
+    def submit_score(self, job: ScoreJob, *, force: bool = False) -> bool:
+        if not self.ledger.submit(job, self.clock(), force=force):
+            return False
+        self._score_task(job.key)
+        self.submit_chore(AnnounceQueued(job_key=job.key))
+        return True
+
+    def submit_chore(self, chore: Chore, *, delay: float | None = None) -> None:
+        data = chore.model_dump()
+        if delay:
+            self._chore_task.schedule(args=(data,), delay=delay)
+        else:
+            self._chore_task(data)
+
+    def enqueue_key(self, key: str, *, delay: float | None = None) -> None:
+        """Put a message for a job the ledger already holds (recovery, retries)."""
+        if delay:
+            self._score_task.schedule(args=(key,), delay=delay)
+        else:
+            self._score_task(key)
+
+    def recover(self, box: str, box_lock_path, stale_after: float) -> list[str]:
+        """Make every job the ledger says is unfinished reachable by a message again.
+
+        - jobs `running` on this box while no process here holds the box lock: their worker died;
+        - jobs `running` anywhere whose heartbeat is older than `stale_after`;
+        - jobs `queued`: their message may have been taken by a worker that died before claiming.
+        Extra messages are harmless: a worker only runs a job it can claim in the ledger.
+        """
+        now = self.clock()
+        keys: list[str] = []
+        lock = BoxLock(box_lock_path)
+        if lock.try_acquire():
+            try:
+                keys += self.ledger.requeue_orphans_of(box, now)
+            finally:
+                lock.release()
+        keys += self.ledger.requeue_stale(now, stale_after)
+        keys += [r.key for r in self.ledger.in_states(QUEUED)]
+        unique = list(dict.fromkeys(keys))
+        for key in unique:
+            self.enqueue_key(key)
+        if unique:
+            log.info("recovered %d job(s): %s", len(unique), ", ".join(unique))
+        return unique
+
+    # -- consumer side -----------------------------------------------------------------------------
+    def bind(self, handlers: QueueHandlers) -> None:
+        self._handlers = handlers
+
+    def _require_handlers(self) -> QueueHandlers:
+        if self._handlers is None:
+            raise RuntimeError("this JobQueue has no worker bound; run `evalbot worker` to consume it")
+        return self._handlers
+
+    def _run_score(self, key: str) -> str:
+        return self._require_handlers().run_score(key)
+
+    def _run_chore(self, data: dict) -> str:
+        try:
+            chore = CHORE_ADAPTER.validate_python(data)
+        except ValidationError as exc:  # retrying would not make it readable
+            log.error("skipped a chore that does not decode: %s", str(exc).splitlines()[0])
+            return "skipped: undecodable chore"
+        return self._require_handlers().run_chore(chore)
+
+    def drain(self, *, max_tasks: int = 1000, include_scheduled_within: float = 0.0) -> int:
+        """Run queued messages in this thread until none is left (tests and `evalbot worker --burst`).
+
+        Scheduled messages due within `include_scheduled_within` seconds are waited for and run too.
+        """
+        ran = 0
+        deadline = time.monotonic() + include_scheduled_within
+        while ran < max_tasks:
+            for task in self.huey.read_schedule():
+                self.huey.enqueue(task)
+            try:
+                task = self.huey.dequeue()
+            except UndecodableMessage as exc:
+                log.error("%s", exc)
+                continue
+            if task is None:
+                if self.huey.scheduled_count() and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    continue
+                break
+            self.huey.execute(task)
+            ran += 1
+        return ran
+
+    def pending_count(self) -> int:
+        return self.huey.pending_count()

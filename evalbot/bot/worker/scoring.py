@@ -1,0 +1,71 @@
+"""What the worker calls to score and to publish: by default evalbot.pipeline (`score_refs` on this
+box's clone, `publish`); tests and other deployments name their own factories in the settings
+(`scorer`, `publisher`: "module:function", called with the Settings)."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable
+
+from evalbot.bot.jobs.model import ScoreJob
+from evalbot.bot.worker.progress import Progress, RunnerProgress
+from evalbot.decide.outcome import ScoreOutcome
+from evalbot.errors import ConfigError
+from evalbot.forge.base import Forge
+from evalbot.settings import Settings
+
+log = logging.getLogger("evalbot.worker")
+
+Scorer = Callable[[ScoreJob, Progress], ScoreOutcome]
+Publisher = Callable[[ScoreOutcome, Forge, int, "str | None"], object]  # (outcome, forge, pr_number, check_id)
+
+
+def load_callable(path: str) -> Callable:
+    """'package.module:attribute' -> the object, with a clear error."""
+    module_name, _, attr = path.partition(":")
+    if not module_name or not attr:
+        raise ConfigError(f"expected 'module:function', got {path!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"cannot import {module_name!r} for {path!r}: {exc}") from None
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise ConfigError(f"{module_name!r} has no {attr!r}") from None
+
+
+def pipeline_scorer(settings: Settings) -> Scorer:
+    """The real scorer: fetch the job's commits into this box's clone, then evalbot.pipeline.score_refs."""
+    from evalbot import pipeline  # the scoring core; imported late so the queue side never needs it
+    from evalbot.measure.checkout import fetch_job_refs
+    from evalbot.measure.device import profile_for
+    from evalbot.measure.reverifier import engine_reverifier_factory
+
+    checkout = settings.checkout_dir.resolve()
+
+    def score(job: ScoreJob, progress: Progress) -> ScoreOutcome:
+        progress("fetching main and the pull request")
+        fetch_job_refs(checkout, settings.remote, settings.main_branch, job.pr_number, job.head_sha, job.base_sha)
+        return pipeline.score_refs(
+            checkout, job.base_sha, job.head_sha, profile=profile_for(settings), settings=settings,
+            pr_number=job.pr_number, progress=RunnerProgress(progress),
+            # one ruler: the harness of main's current tip, not of the SHA the job was queued against
+            harness_ref=f"{settings.remote}/{settings.main_branch}",
+            reverifier_factory=engine_reverifier_factory(settings),
+        )
+
+    return score
+
+
+def pipeline_publisher(settings: Settings) -> Publisher:
+    from evalbot import pipeline
+
+    def publish(outcome: ScoreOutcome, forge: Forge, pr_number: int, check_id: str | None) -> object:
+        result = pipeline.publish(outcome, forge, pr_number, settings, check_id=check_id)
+        if not result.published:
+            log.info("#%d not published: %s", pr_number, result.reason)
+        return result
+
+    return publish

@@ -1,0 +1,213 @@
+"""The Worker: runs score jobs (claim, freshness, check run, score, keep the verdict), publishes kept
+verdicts, and sweeps. The scorer and the publisher are injected (see `scoring`), so everything here
+is tested with a fake scorer; the worker itself reads only the outcome's tier and speedup."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from huey.exceptions import RetryTask
+
+from evalbot.bot.jobs.boxlock import BoxLock
+from evalbot.bot.jobs.freshness import judge_freshness
+from evalbot.bot.jobs.ledger import DONE, FAILED, QUEUED, SCORED, SUPERSEDED, JobRecord, UndecodableOutcome
+from evalbot.bot.jobs.model import Chore
+from evalbot.bot.jobs.queue import JobQueue
+from evalbot.bot.worker import chores, rounds
+from evalbot.bot.worker.heartbeat import Heartbeat
+from evalbot.bot.worker.progress import CheckRunProgress
+from evalbot.bot.worker.scoring import Publisher, Scorer
+from evalbot.decide.outcome import ScoreOutcome
+from evalbot.forge.base import CHECK_NAME, Forge
+from evalbot.report.render import render
+from evalbot.settings import Settings
+from evalbot.settings.tiers import NEEDS_REBASE_LABEL
+
+log = logging.getLogger("evalbot.worker")
+
+DELIVERY_MEMORY_SECONDS = 30 * 24 * 3600
+
+
+def publish_backoff(publish_attempts: int, base: float) -> float:
+    """Seconds to wait before publishing a kept verdict again: doubling, at most an hour."""
+    return min(3600.0, base * (2 ** max(0, publish_attempts - 1))) if publish_attempts else 0.0
+
+
+class Worker:
+    def __init__(
+        self,
+        queue: JobQueue,
+        forge_for: Callable[[str], Forge],
+        scorer: Scorer,
+        publisher: Publisher,
+        settings: Settings,
+        clock: Callable[[], float] = time.time,
+    ):
+        self.queue, self.ledger = queue, queue.ledger
+        self.forge_for, self.scorer, self.publisher = forge_for, scorer, publisher
+        self.settings, self.clock = settings, clock
+        self.worker_id = f"{settings.box_name()}/{os.getpid()}/{uuid.uuid4().hex[:8]}"
+
+    def render(self, template: str, /, **context: Any) -> str:
+        return render(template, templates=self.settings.templates_dir, **context)
+
+    def main_head(self, forge: Forge) -> str:
+        return forge.branch_head_sha(self.settings.main_branch)
+
+    # -- score jobs ----------------------------------------------------------------------------------
+    def run_score(self, key: str) -> str:
+        record = self.ledger.get(key)
+        if record is None or record.state != QUEUED:
+            return f"skipped: {record.state if record else 'unknown job'}"
+        lock = BoxLock(self.settings.box_lock_path)
+        if not lock.try_acquire():
+            raise RetryTask(delay=self.settings.busy_retry_seconds)  # this box is busy; any box may take it
+        try:
+            if not self.ledger.claim(key, self.worker_id, self.clock()):
+                return "skipped: claimed by another worker"
+            beat = lambda: self.ledger.heartbeat(key, self.worker_id, self.clock())  # noqa: E731
+            with Heartbeat(beat, self.settings.heartbeat_seconds):
+                return self._score_claimed(self.ledger.get(key))
+        finally:
+            lock.release()
+
+    def _score_claimed(self, record: JobRecord) -> str:
+        job, forge = record.job, self.forge_for(record.repo)
+        try:
+            pull = forge.get_pull(job.pr_number)
+            freshness = judge_freshness(job, pull, self.main_head(forge), self.settings.main_branch)
+        except Exception as exc:
+            return self._infra_failure(record, forge, exc)
+        if not freshness.run:
+            self.ledger.finish(record.key, SUPERSEDED, self.clock(), freshness.why, worker_id=self.worker_id)
+            self._close_check(forge, record, "skipped", self.render("gh_check_title_superseded.txt.j2"),
+                              self.render("gh_check_superseded.md.j2", why=freshness.why))
+            if freshness.replacement is not None:
+                self.queue.submit_score(freshness.replacement)
+            return f"superseded: {freshness.why}"
+
+        check_id = record.check_id or self.start_check(forge, record)
+
+        def show_progress(step: str, done: list[str]) -> None:
+            if check_id:
+                forge.update_check(
+                    check_id, status="in_progress", title=self.render("gh_check_title_progress.txt.j2"),
+                    summary=self.render("gh_check_progress.md.j2", head_sha=job.head_sha, base_sha=job.base_sha,
+                                        box=self.settings.box_name(), attempt=record.attempts, step=step, done_steps=done),
+                )
+
+        progress = CheckRunProgress(show_progress, self.settings.progress_seconds, self.clock)
+        progress("preparing worktrees")
+        try:
+            outcome = self.scorer(job, progress)
+            if not isinstance(outcome, ScoreOutcome):  # an infrastructure error, not a verdict
+                raise TypeError(f"the scorer returned a {type(outcome).__name__}, not a ScoreOutcome")
+        except Exception as exc:
+            return self._infra_failure(record, forge, exc, check_id=check_id)
+        if not self.ledger.record_outcome(record.key, self.worker_id, outcome, self.clock()):
+            return "dropped: another worker took this job over"
+        self.publish_recorded(record.key)
+        self.decide_round(record.repo, record.base_sha)
+        return "scored"
+
+    def start_check(self, forge: Forge, record: JobRecord) -> str:
+        if not self.ledger.claim_check(record.key, self.worker_id):
+            # another worker created it (its id is in the ledger) or is creating it right now; with
+            # no id the publisher creates one at the end rather than risk a duplicate now
+            latest = self.ledger.get(record.key)
+            return latest.check_id if latest is not None else ""
+        try:
+            check_id = forge.start_check(record.head_sha, CHECK_NAME, self.render(
+                "gh_check_queued.md.j2", head_sha=record.head_sha, base_sha=record.base_sha,
+                pr_number=record.pr_number, reason=record.reason))
+        except Exception as exc:  # the check run is a courtesy; the verdict does not depend on it
+            log.warning("could not create the check run for %s: %s", record.key, exc)
+            return ""
+        self.ledger.set_check_id(record.key, check_id)
+        return check_id
+
+    def _close_check(self, forge: Forge, record: JobRecord, conclusion: str, title: str, summary: str) -> None:
+        if not record.check_id:
+            return
+        try:
+            forge.update_check(record.check_id, status="completed", title=title, summary=summary, conclusion=conclusion)
+        except Exception as exc:
+            log.warning("could not complete check run %s: %s", record.check_id, exc)
+
+    def _infra_failure(self, record: JobRecord, forge: Forge, exc: Exception, check_id: str = "") -> str:
+        """Never a verdict: retry later, and after max_attempts say so on the check run."""
+        error = f"{type(exc).__name__}: {exc}"[:1000]
+        log.error("job %s failed (attempt %d): %s", record.key, record.attempts, error)
+        now = self.clock()
+        if record.attempts < self.settings.max_attempts:
+            if self.ledger.release(record.key, self.worker_id, now, f"retrying after: {error}"):
+                self.queue.enqueue_key(record.key, delay=self.settings.infra_retry_seconds)
+            return f"retrying: {error}"
+        self.ledger.finish(record.key, FAILED, now, error, worker_id=self.worker_id)
+        latest = self.ledger.get(record.key) or record
+        if check_id and not latest.check_id:
+            latest.check_id = check_id
+        self._close_check(forge, latest, "cancelled", self.render("gh_check_title_infra.txt.j2"),
+                          self.render("gh_check_infra_error.md.j2", attempts=record.attempts, error=error))
+        return f"failed: {error}"
+
+    # -- publication (also retried by the sweeper) ---------------------------------------------------------
+    def publish_recorded(self, key: str) -> bool:
+        record = self.ledger.get(key)
+        if record is None or record.state != SCORED:
+            return False
+        try:
+            outcome = record.load_outcome()
+        except UndecodableOutcome as exc:  # never unpickled, never retried: the job is failed, loudly
+            log.error("%s", exc)
+            self.ledger.finish(key, FAILED, self.clock(), str(exc)[:1000])
+            return False
+        try:
+            forge = self.forge_for(record.repo)
+            self.publisher(outcome, forge, record.pr_number, record.check_id or None)
+            if self.main_head(forge) == record.base_sha:
+                forge.remove_label(record.pr_number, NEEDS_REBASE_LABEL)
+            if outcome.tier in self.settings.close_on:
+                forge.comment(record.pr_number, self.render("comment_closed_by_verdict.md.j2", tier=outcome.tier,
+                                                            close_on=sorted(self.settings.close_on)))
+                forge.close(record.pr_number)
+        except Exception as exc:
+            note = f"publication failed, verdict kept: {type(exc).__name__}: {exc}"[:1000]
+            log.warning("%s: %s", key, note)
+            self.ledger.note_publish_failure(key, self.clock(), note)
+            return False
+        self.ledger.finish(key, DONE, self.clock(), "published")
+        return True
+
+    # -- automerge rounds and chores (rounds.py, chores.py) ---------------------------------------------
+    def automerge_enabled(self, repo: str) -> bool:
+        flag = self.ledger.get_flag(f"automerge:{repo}")
+        return self.settings.automerge if flag is None else flag == "on"
+
+    def decide_round(self, repo: str, base_sha: str, attempt: int = 0) -> str:
+        return rounds.decide_round(self, repo, base_sha, attempt)
+
+    def run_chore(self, chore: Chore) -> str:
+        return chores.run_chore(self, chore)
+
+    # -- housekeeping -----------------------------------------------------------------------------------
+    def sweep(self) -> dict[str, int]:
+        """Requeue jobs of dead workers, publish kept verdicts again, forget old deliveries."""
+        now = self.clock()
+        stale = self.ledger.requeue_stale(now, self.settings.stale_after_seconds)
+        for key in stale:
+            self.queue.enqueue_key(key)
+        published = 0
+        for record in self.ledger.in_states(SCORED):
+            if now - record.updated_at < max(publish_backoff(record.publish_attempts, self.settings.publish_retry_seconds), 1.0):
+                continue
+            if self.publish_recorded(record.key):
+                published += 1
+                self.decide_round(record.repo, record.base_sha)
+        pruned = self.ledger.prune_deliveries(now - DELIVERY_MEMORY_SECONDS)
+        return {"requeued": len(stale), "published": published, "pruned_deliveries": pruned}

@@ -1,0 +1,103 @@
+"""`ScoreOutcome`: everything one scoring run produced, as plain data.
+
+Built by `evalbot.pipeline.score_refs`; read by the scorecard renderer, the receipt builder, the
+CLI (`--json`), `pipeline.publish` and the worker (kept in its ledger as JSON).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel
+
+from evalbot.decide.measurements import Measurements
+from evalbot.decide.verdict import Verdict
+
+
+class RunSummary(BaseModel):
+    """One harness subprocess as the receipt records it (no token streams)."""
+
+    round: int
+    ref: Literal["base", "head"]
+    program: str
+    nonce: str
+    wall_s: float
+    returncode: int | None
+    timed_out: bool
+    failure: str | None
+
+
+class ReceiptInfo(BaseModel):
+    path: str
+    signed: bool
+    keyid: str = ""
+    envelope: str = ""  # the file's exact text, so a publisher on another machine needs no file
+
+    @property
+    def status_text(self) -> str:
+        if self.signed:
+            return f"signed (Ed25519, keyid {self.keyid[:16]}…)"
+        return "collected, not signed (no key configured)"
+
+
+class CheckReport(BaseModel):
+    conclusion: Literal["success", "failure", "neutral"]
+    title: str
+    summary: str
+
+
+class ScoreOutcome(BaseModel):
+    repo: str
+    base_ref: str
+    head_ref: str
+    base_sha: str
+    head_sha: str
+    harness_ref: str
+    harness_sha: str
+    harness_digest: str = ""
+    profile: str
+    rounds: int
+    reps: int
+    box: str
+    pr_number: int | None = None
+    verdict: Verdict
+    measurements: Measurements | None = None
+    runs: list[RunSummary] = []
+    started_at: str
+    finished_at: str = ""
+    receipt: ReceiptInfo | None = None
+    scorecard: str = ""
+    check: CheckReport | None = None
+
+    @property
+    def tier(self) -> str | None:
+        return self.verdict.tier
+
+    @property
+    def speedup(self) -> float:
+        """The DSpark decode speedup as a fraction (0.08 = +8 %); 0 when none was measured."""
+        return self.verdict.speedup.pct / 100 if self.verdict.speedup is not None else 0.0
+
+    def summary_json(self) -> dict:
+        """What `evalbot score --json` prints."""
+        sp = self.verdict.speedup
+        return {
+            "status": self.verdict.status,
+            "tier": self.verdict.tier,
+            "labels": self.verdict.labels,
+            "reason": self.verdict.reason,
+            "receipt": self.receipt.path if self.receipt else None,
+            "signed": bool(self.receipt and self.receipt.signed),
+            "base_sha": self.base_sha,
+            "head_sha": self.head_sha,
+            "harness_sha": self.harness_sha,
+            "harness_digest": self.harness_digest,
+            "profile": self.profile,
+            "rounds": self.rounds,
+            "speedup": sp.model_dump(mode="json") if sp else None,
+            "gates": [g.model_dump(mode="json") for g in self.verdict.gates],
+            "changed_harness_paths": self.verdict.changed_harness_paths,
+            "infra": self.verdict.infra.model_dump(mode="json") if self.verdict.infra else None,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+        }

@@ -1,0 +1,143 @@
+"""The verdict: pure function of the measurements and the settings.
+
+Four outcomes:
+- scored: every gate passed; tier none/XS/S/M/L/XL from the speedup and its CI;
+- rejected: some gate failed; tier REJECT;
+- not_evaluated: the PR changes the harness; no tier, no labels;
+- infra_error: a run crashed or timed out, main's own results failed their checks, or the refs did
+  not measure the same workload; no tier, no labels. Never read as slow or lossy.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from evalbot.settings import ScoringSettings
+from evalbot.decide.gates import GateResult, evaluate
+from evalbot.decide.measurements import Measurements
+from evalbot.decide.stats import bootstrap_ci, median
+from evalbot.decide.tiers import tier_for
+
+Status = Literal["scored", "rejected", "not_evaluated", "infra_error"]
+
+
+class Speedup(BaseModel):
+    """DSpark decode speedup of the PR over main: median per-round ratio and its bootstrap CI."""
+
+    ratio: float
+    pct: float
+    ci_low_pct: float | None = None  # None: fewer than two rounds, no interval
+    ci_high_pct: float | None = None
+    rounds: int
+    confidence: float
+    noise_pct: float
+
+
+class InfraFailure(BaseModel):
+    where: str  # e.g. "round 2: tau_check (PR)"
+    message: str
+    stderr_tail: str = ""
+
+
+class Verdict(BaseModel):
+    status: Status
+    tier: str | None = None
+    labels: list[str] = Field(default_factory=list)
+    reason: str
+    gates: list[GateResult] = Field(default_factory=list)
+    speedup: Speedup | None = None
+    changed_harness_paths: list[str] = Field(default_factory=list)
+    infra: InfraFailure | None = None
+
+    @property
+    def failed_gates(self) -> list[GateResult]:
+        return [g for g in self.gates if g.status == "fail"]
+
+
+def compute_speedup(m: Measurements, settings: ScoringSettings) -> Speedup | None:
+    if not m.speedup_rounds:
+        return None
+    st = settings.stats
+    ratio = median(m.speedup_rounds)
+    lo = hi = None
+    if len(m.speedup_rounds) >= 2:
+        lo_r, hi_r = bootstrap_ci(
+            m.speedup_rounds, resamples=st.bootstrap_resamples, seed=st.bootstrap_seed, confidence=st.confidence
+        )
+        lo, hi = (lo_r - 1) * 100, (hi_r - 1) * 100
+    return Speedup(
+        ratio=ratio, pct=(ratio - 1) * 100, ci_low_pct=lo, ci_high_pct=hi, rounds=len(m.speedup_rounds),
+        confidence=st.confidence, noise_pct=m.noise.dspark_decode * 100,
+    )
+
+
+def _fmt_pct(x: float) -> str:
+    return f"{x:+.1f}%"
+
+
+def _scored_reason(tier: str, sp: Speedup | None, settings: ScoringSettings) -> str:
+    if sp is None:
+        return "no DSpark decode speedup could be computed"
+    if sp.ci_low_pct is None or sp.ci_high_pct is None:
+        return f"DSpark decode {_fmt_pct(sp.pct)} from a single round: no confidence interval, no tier"
+    ci = f"{sp.confidence:.0%} CI {_fmt_pct(sp.ci_low_pct)} … {_fmt_pct(sp.ci_high_pct)}"
+    if tier != settings.tiers.none_name:
+        return f"DSpark decode {_fmt_pct(sp.pct)} ({ci}, {sp.rounds} rounds)"
+    if sp.ci_low_pct <= 0:
+        return f"no measurable DSpark decode speedup: {_fmt_pct(sp.pct)} and the {ci} includes zero"
+    if sp.ci_low_pct <= sp.noise_pct:
+        return f"no measurable DSpark decode speedup: the {ci} does not clear the noise floor (±{sp.noise_pct:.1f}%)"
+    return f"DSpark decode {_fmt_pct(sp.pct)} ({ci}) is below the smallest tier"
+
+
+def decide(m: Measurements, settings: ScoringSettings) -> Verdict:
+    integrity = m.integrity
+    workload = [f for f in integrity.findings if f.kind == "workload"]
+    if workload:
+        return infrastructure_error(
+            "comparison", "main and the PR did not measure the same workload: " + "; ".join(f.message for f in workload[:3])
+        )
+    main_problems = integrity.of("base")
+    if main_problems:
+        return infrastructure_error(
+            "main's results", "main's own results failed the bot's checks: " + "; ".join(f.message for f in main_problems[:3])
+        )
+    if m.reverify.status == "error":
+        return infrastructure_error("re-verification", f"the reverifier failed: {m.reverify.error}")
+
+    gates = evaluate(m, settings.thresholds)
+    speedup = compute_speedup(m, settings)
+    failed = [g for g in gates if g.status == "fail"]
+    if failed:
+        tier = settings.tiers.reject_name
+        reason = "REJECT — " + "; ".join(f"{g.title}: {g.detail}" for g in failed)
+        return Verdict(
+            status="rejected", tier=tier, labels=settings.tiers.labels_for(tier), reason=reason, gates=gates,
+            speedup=speedup,
+        )
+    ci = (speedup.ci_low_pct, speedup.ci_high_pct) if speedup and speedup.ci_low_pct is not None else None
+    tier = tier_for(
+        speedup.pct if speedup else None, ci, m.noise.dspark_decode * 100, settings.tiers  # type: ignore[arg-type]
+    )
+    return Verdict(
+        status="scored", tier=tier, labels=settings.tiers.labels_for(tier),
+        reason=_scored_reason(tier, speedup, settings), gates=gates, speedup=speedup,
+    )
+
+
+def not_evaluated_harness_changed(paths: list[str]) -> Verdict:
+    return Verdict(
+        status="not_evaluated",
+        reason="not evaluated: harness changed",
+        changed_harness_paths=sorted(paths),
+    )
+
+
+def infrastructure_error(where: str, message: str, stderr_tail: str = "") -> Verdict:
+    return Verdict(
+        status="infra_error",
+        reason=f"infrastructure error ({where}): {message}",
+        infra=InfraFailure(where=where, message=message, stderr_tail=stderr_tail),
+    )

@@ -1,0 +1,83 @@
+"""Checkout + overlay: the job's commits in the box's clone, both refs side by side in worktrees, and
+one ruler in both (every HARNESS_PATHS entry from the base branch tip, checked byte for byte).
+
+`fetch_job_refs` runs in the worker (which holds no PR code): main from its branch, the PR from
+refs/pull/N/head. `pin_harness` names the ruler; `overlaid_worktrees` makes the two worktrees.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from evalbot.errors import EvalbotError
+from evalbot.measure import gitops
+from evalbot.settings import ScoringSettings
+
+_SHA = re.compile(r"^[0-9a-f]{40}$")
+
+
+class CheckoutError(RuntimeError):
+    pass
+
+
+def _git(checkout: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", str(checkout), *args], capture_output=True, text=True, timeout=timeout,
+                          env={"GIT_TERMINAL_PROMPT": "0", "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(Path.home())})
+
+
+def fetch_job_refs(checkout: Path, remote: str, main_branch: str, pr_number: int, head_sha: str, base_sha: str) -> None:
+    for sha in (head_sha, base_sha):
+        if not _SHA.match(sha):
+            raise CheckoutError(f"not a commit SHA: {sha!r}")
+    refspecs = [f"+refs/heads/{main_branch}:refs/remotes/{remote}/{main_branch}", f"+refs/pull/{pr_number}/head:refs/remotes/{remote}/pr/{pr_number}"]
+    done = _git(checkout, "fetch", "--no-tags", "--quiet", remote, *refspecs)
+    if done.returncode != 0:
+        raise CheckoutError(f"git fetch from {remote} failed: {done.stderr.strip()[-500:]}")
+    for sha, what in ((base_sha, f"main commit {base_sha[:12]}"), (head_sha, f"head {head_sha[:12]} of #{pr_number}")):
+        if _git(checkout, "cat-file", "-e", f"{sha}^{{commit}}").returncode != 0:
+            raise CheckoutError(f"{what} is not in {remote} any more (force-pushed?)")
+
+
+@dataclass(frozen=True)
+class PinnedHarness:
+    """Both refs resolved, and the one ruler for them: the harness files at `harness_sha`."""
+
+    repo: Path
+    base_sha: str
+    head_sha: str
+    harness_ref: str
+    harness_sha: str
+    patterns: list[str]
+    harness_digest: str
+
+
+def pin_harness(repo: Path, base: str, head: str, settings: ScoringSettings, harness_ref: str | None = None) -> PinnedHarness:
+    base_sha = gitops.resolve(repo, base)
+    head_sha = gitops.resolve(repo, head)
+    harness_ref = harness_ref or gitops.harness_source_ref(repo, base, settings.remote)
+    harness_sha = gitops.resolve(repo, harness_ref)
+    patterns = gitops.read_manifest(repo, harness_sha, settings.harness_manifest, label=harness_ref)
+    entries = gitops.harness_entries(repo, harness_sha, patterns)
+    return PinnedHarness(repo, base_sha, head_sha, harness_ref, harness_sha, patterns, gitops.tree_digest(entries))
+
+
+def _overlay(pinned: PinnedHarness, worktree: Path) -> None:
+    digest = gitops.overlay_harness(pinned.repo, worktree, pinned.harness_sha, pinned.patterns)
+    if digest != pinned.harness_digest:  # belt and braces: the pin must name one ruler
+        raise EvalbotError(f"harness pin failed: {worktree.name} has harness digest {digest[:12]}, expected {pinned.harness_digest[:12]}")
+
+
+@contextmanager
+def overlaid_worktrees(pinned: PinnedHarness, scratch: Path, names: tuple[str, str], shas: tuple[str, str]) -> Iterator[tuple[Path, Path]]:
+    """Two detached worktrees of `shas` under `scratch`, each with the pinned harness laid over it;
+    removed afterwards whatever happened."""
+    with gitops.worktree(pinned.repo, shas[0], scratch, names[0]) as first, \
+            gitops.worktree(pinned.repo, shas[1], scratch, names[1]) as second:
+        _overlay(pinned, first)
+        _overlay(pinned, second)
+        yield first, second

@@ -1,5 +1,0 @@
-import sys
-
-from evalbot.service.server import main
-
-sys.exit(main())
