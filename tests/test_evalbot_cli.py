@@ -157,3 +157,28 @@ def test_serve_and_worker_are_delegated(command, text, capsys):
         main([command, "--help"])
     assert e.value.code == 0
     assert text in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("cuda, expected", [(True, "gpu"), (False, "cpu")])
+def test_score_and_calibrate_default_to_the_gpu_profile_where_cuda_is(repo, capsys, monkeypatch, cuda, expected):
+    import torch
+
+    from evalbot import cli
+    from evalbot.errors import EvalbotError
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    asked = []
+
+    def stop(*args, **kwargs):
+        asked.append(kwargs["profile"])
+        raise EvalbotError("stopped before measuring")
+
+    monkeypatch.setattr(cli.pipeline, "score_refs", stop)
+    monkeypatch.setattr(cli.pipeline, "calibrate", stop)
+    assert run(capsys, "score", "--repo", str(repo.path), "--base", "main", "--head", "fast", "--no-reverify")[0] == 2
+    assert run(capsys, "calibrate", "--repo", str(repo.path))[0] == 2
+    assert run(capsys, "score", "--repo", str(repo.path), "--base", "main", "--head", "fast", "--profile", "cpu",
+               "--no-reverify")[0] == 2
+    monkeypatch.setenv("EVALBOT_PROFILE", "cpu")  # the setting wins over the box's default
+    assert run(capsys, "calibrate", "--repo", str(repo.path))[0] == 2
+    assert asked == [expected, expected, "cpu", "cpu"]

@@ -20,7 +20,7 @@ from evalbot.bot.jobs.boxlock import BoxLock
 from evalbot.bot.jobs.ledger import QUEUED, Ledger
 from evalbot.bot.jobs.ledger_stores import RedisLedger, SqliteLedger
 from evalbot.bot.jobs.model import CHORE_ADAPTER, Action, AnnounceQueued, Chore, ScoreJob
-from evalbot.bot.jobs.serializer import JsonSerializer, UndecodableMessage
+from evalbot.bot.jobs.serializer import JsonSerializer
 from evalbot.settings import Settings
 
 log = logging.getLogger("evalbot.queue")
@@ -146,15 +146,16 @@ class JobQueue:
 
         Scheduled messages due within `include_scheduled_within` seconds are waited for and run too.
         """
-        ran = 0
+        ran = skipped = 0
         deadline = time.monotonic() + include_scheduled_within
-        while ran < max_tasks:
+        while ran + skipped < max_tasks:
             for task in self.huey.read_schedule():
                 self.huey.enqueue(task)
             try:
                 task = self.huey.dequeue()
-            except UndecodableMessage as exc:
-                log.error("%s", exc)
+            except Exception as exc:  # an undecodable message: logged and dropped, the next one runs
+                log.error("skipped a queue message that does not decode: %s", exc)
+                skipped += 1
                 continue
             if task is None:
                 if self.huey.scheduled_count() and time.monotonic() < deadline:
