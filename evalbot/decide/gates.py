@@ -26,10 +26,6 @@ class GateResult(BaseModel):
     detail: str
     missing: list[str] = Field(default_factory=list)
 
-    @property
-    def passed(self) -> bool:
-        return self.status != "fail"
-
 
 def _missing(gate: str, title: str, what: list[str]) -> GateResult:
     return GateResult(gate=gate, title=title, status="fail", detail=f"not measured: {', '.join(what)}", missing=what)

@@ -58,14 +58,6 @@ class IntegrityReport(BaseModel):
     def of(self, ref: Ref, kind: FindingKind = "integrity") -> list[Finding]:
         return [f for f in self.findings if f.ref == ref and f.kind == kind]
 
-    @property
-    def head_ok(self) -> bool:
-        return not self.of("head")
-
-    @property
-    def workload_ok(self) -> bool:
-        return not [f for f in self.findings if f.kind == "workload"]
-
 
 def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
     """Index of the first differing token (a length difference counts); None if identical."""

@@ -6,8 +6,9 @@ every token is the argmax of main's model at its position (greedy decoding is de
 lossless stream must pass; whether a near-tie, where batched and single-token kernels can round
 differently, counts as a pass is the reverifier's call and should be documented there).
 
-This module defines the hook and calls it; the engine side is not written yet. The pipeline takes
-a `ReverifierFactory`: given main's worktree (with the pinned harness) and the profile it returns a
+This module defines the hook and calls it; the engine side is `evalbot.measure.reverifier` (main's
+own engine in a subprocess, `python -m harness.reverify --serve`). The pipeline takes a
+`ReverifierFactory`: given main's worktree (with the pinned harness) and the profile it returns a
 `Reverifier`, or None when re-verification is not available. When none is given the scorecard
 says "not run" — it never pretends the check happened.
 """

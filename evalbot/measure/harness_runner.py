@@ -15,7 +15,7 @@ import json
 import os
 import secrets
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
@@ -115,7 +115,6 @@ class HarnessRunner:
         worktrees: Mapping[Ref, Path],
         scratch: Path,
         environ: Mapping[str, str] | None = None,
-        nonce_factory: Callable[[], str] = lambda: secrets.token_hex(16),
     ) -> None:
         self.settings = settings
         self.profile_name = profile
@@ -123,7 +122,6 @@ class HarnessRunner:
         self.worktrees = dict(worktrees)
         self.scratch = scratch
         self.environ = os.environ if environ is None else environ
-        self.nonce_factory = nonce_factory
         self.python = settings.harness.python or sys.executable
         for ref in self.worktrees:
             cache = scratch / "triton" / ref
@@ -135,7 +133,7 @@ class HarnessRunner:
         return self.scratch / f"logprobs-{ref}.json"
 
     def _run(self, step: Step, cwd_ref: Ref, **values: str) -> RunRecord:
-        nonce = self.nonce_factory()
+        nonce = secrets.token_hex(16)  # 128 bits per run: canned output cannot carry it
         argv = self.settings.harness.argv(
             step.program, self.python, profile=self.profile_name, nonce=nonce, reps=str(self.profile.reps), **values
         )

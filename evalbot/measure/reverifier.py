@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -15,6 +16,8 @@ from pathlib import Path
 from evalbot.settings import ScoringSettings
 from evalbot.decide.reverify import PromptSpec, Reverifier, ReverifierFactory
 from evalbot.measure.environment import child_env
+
+REVERIFY_TIMEOUT_S = 600.0  # per request
 
 
 class SubprocessReverifier:
@@ -63,17 +66,14 @@ class SubprocessReverifier:
         self.close()
 
 
-def engine_reverifier_factory(settings: ScoringSettings, environ: Mapping[str, str] | None = None, timeout: float = 600.0) -> ReverifierFactory:
+def engine_reverifier_factory(settings: ScoringSettings) -> ReverifierFactory:
     """A factory for pipeline.score_refs: (main's worktree, profile) -> a reverifier run by main's engine."""
-    import os
-
-    env_source = os.environ if environ is None else environ
 
     def factory(worktree: Path, profile: str) -> Reverifier | None:
         if not (worktree / "harness" / "reverify.py").is_file():
             return None  # a main without the reverify program: the scorecard says "not run"
         cache = Path(tempfile.mkdtemp(prefix="evalbot-reverify-triton-"))
-        env = child_env(env_source, settings.env, worktree, cache, nonce="reverify")
-        return SubprocessReverifier(settings.harness.python or sys.executable, worktree, env, timeout)
+        env = child_env(os.environ, settings.env, worktree, cache, nonce="reverify")
+        return SubprocessReverifier(settings.harness.python or sys.executable, worktree, env, REVERIFY_TIMEOUT_S)
 
     return factory

@@ -26,7 +26,6 @@ log = logging.getLogger("evalbot.ledger")
 
 QUEUED, RUNNING, SCORED, DONE, SUPERSEDED, FAILED = "queued", "running", "scored", "done", "superseded", "failed"
 STATES = (QUEUED, RUNNING, SCORED, DONE, SUPERSEDED, FAILED)
-IN_FLIGHT = (QUEUED, RUNNING, SCORED)
 FINISHED = (DONE, SUPERSEDED, FAILED)
 
 

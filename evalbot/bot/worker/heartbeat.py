@@ -10,19 +10,17 @@ log = logging.getLogger("evalbot.worker")
 
 
 class Heartbeat:
-    """Beats for a running job from a daemon thread; `lost` turns true if another worker took it over."""
+    """Beats for a running job from a daemon thread, until the ledger says another worker took it over."""
 
     def __init__(self, beat: Callable[[], bool], interval: float):
         self._beat, self._interval = beat, interval
         self._stop = threading.Event()
-        self.lost = False
         self._thread = threading.Thread(target=self._run, name="evalbot-heartbeat", daemon=True)
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
             try:
-                if not self._beat():
-                    self.lost = True
+                if not self._beat():  # taken over: the ledger will refuse this worker's verdict anyway
                     return
             except Exception:  # a transient ledger error: try again next beat
                 log.warning("heartbeat failed", exc_info=True)
