@@ -32,7 +32,7 @@ def github_forge_factory(settings: Settings) -> Callable[[str], Forge]:
             if repo not in cache:
                 common = dict(base_url=settings.github_api_url, receipts_branch=settings.receipts_branch,
                               receipts_dir=settings.receipts_dir, bot_login=settings.bot_login,
-                              throttle=settings.github_throttle, tiers=settings.tiers)
+                              throttle=settings.github_throttle, tiers=settings.tiers, templates=settings.templates_dir)
                 if settings.github_app_id:
                     cache[repo] = GitHubForge.from_app(settings.github_app_id, key_text, int(settings.github_installation_id),
                                                        repo, **common)
