@@ -17,6 +17,7 @@ from evalbot.bot.jobs.model import (
     SetAutomerge,
 )
 from evalbot.bot.worker.rounds import mark_stale_and_requeue
+from evalbot.settings.tiers import NEEDS_REBASE_LABEL
 
 if TYPE_CHECKING:
     from evalbot.bot.worker.worker import Worker
@@ -36,7 +37,7 @@ def run_chore(worker: Worker, chore: Chore) -> str:
         worker.ledger.set_flag(f"automerge:{chore.repo}", "on" if chore.enabled else "off")
         worker.forge_for(chore.repo).comment(chore.pr_number, worker.render(
             "comment_automerge.md.j2", enabled=chore.enabled, login=chore.requested_by,
-            min_tier=worker.settings.automerge_min_tier))
+            min_tier=worker.settings.automerge_min_tier, needs_rebase=NEEDS_REBASE_LABEL))
         return f"automerge {'on' if chore.enabled else 'off'}"
     if isinstance(chore, RescoreRequest):
         return _rescore(worker, chore)

@@ -87,7 +87,8 @@ def _decide_claimed_round(worker: Worker, repo: str, base_sha: str, done: list[J
         worker.ledger.mark_round_merged(repo, base_sha, pr_number)
         rebased = automerge.prs_to_rebase(entries, pr_number)
         forge.comment(pr_number, worker.render("comment_automerged.md.j2", base_sha=base_sha, tier=entry.tier,
-                                               speedup=entry.speedup, head_sha=entry.scored_head_sha, rebased=rebased))
+                                               speedup=entry.speedup, head_sha=entry.scored_head_sha, rebased=rebased,
+                                               needs_rebase=NEEDS_REBASE_LABEL))
         mark_stale_and_requeue(worker, forge, repo, result.sha or None, only=set(rebased))
         return f"merged #{pr_number}"
     unknown = [n for n, why in decision.passed_over.items() if why == "mergeability not known yet"]
