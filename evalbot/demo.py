@@ -33,7 +33,15 @@ from evalbot.decide.noise import NOISE_FILE, NoiseFloor, load_noise_floor
 from evalbot.decide.outcome import ScoreOutcome
 from evalbot.decide.reverify import Reverifier, ReverifierFactory
 from evalbot.errors import EvalbotError
-from evalbot.examples import BASE_BRANCH, EXAMPLES_DIR, Example, apply_example, is_measured, load_examples, verdict_matches
+from evalbot.examples import (
+    BASE_BRANCH,
+    EXAMPLES_DIR,
+    Example,
+    apply_example,
+    is_measured,
+    load_examples,
+    verdict_matches,
+)
 from evalbot.forge.base import CHECK_NAME
 from evalbot.forge.local import LocalForge
 from evalbot.measure import gitops

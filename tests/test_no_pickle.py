@@ -9,6 +9,7 @@ import os
 import pickle
 
 import pytest
+from fakegithub.helpers import fake_outcome
 
 from evalbot.bot.jobs.ledger import FAILED, RUNNING, SCORED, record_from_strings
 from evalbot.bot.jobs.ledger_stores import SqliteLedger
@@ -17,7 +18,6 @@ from evalbot.bot.jobs.queue import JobQueue, make_huey
 from evalbot.bot.jobs.serializer import JsonSerializer, UndecodableMessage
 from evalbot.bot.worker.worker import Worker
 from evalbot.settings import load_settings
-from fakegithub.helpers import fake_outcome
 
 REPO = "octo/dspark"
 JOB = ScoreJob(repo=REPO, pr_number=3, head_sha="a" * 40, base_sha="b" * 40, reason="opened")

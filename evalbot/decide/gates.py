@@ -12,9 +12,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from evalbot.settings import Thresholds
 from evalbot.decide.measurements import Measurements, format_ctx
 from evalbot.decide.stats import median
+from evalbot.settings import Thresholds
 
 GateStatus = Literal["pass", "fail", "skipped"]
 

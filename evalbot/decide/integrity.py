@@ -26,10 +26,10 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from evalbot.settings import IntegritySettings
 from evalbot.decide.contract import GuardLine, TauCheckLine
 from evalbot.decide.records import Ref, RunRecord
 from evalbot.decide.stats import median, rel_close
+from evalbot.settings import IntegritySettings
 
 FindingKind = Literal["integrity", "workload"]
 

@@ -11,11 +11,11 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
+from evalbot.decide.contract import CompareLine, GuardLine, TauCheckLine
 from evalbot.decide.integrity import IntegrityReport, claimed_decode_s, first_divergence, verified_lossless_runs
 from evalbot.decide.noise import NoiseFloor
-from evalbot.decide.contract import CompareLine, GuardLine, TauCheckLine
-from evalbot.decide.reverify import ReverifySummary
 from evalbot.decide.records import RunRecord
+from evalbot.decide.reverify import ReverifySummary
 from evalbot.decide.stats import geomean, mean, median
 
 

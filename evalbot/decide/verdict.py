@@ -14,11 +14,11 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from evalbot.settings import ScoringSettings
 from evalbot.decide.gates import GateResult, evaluate
 from evalbot.decide.measurements import Measurements
 from evalbot.decide.stats import bootstrap_ci, median
 from evalbot.decide.tiers import tier_for
+from evalbot.settings import ScoringSettings
 
 Status = Literal["scored", "rejected", "not_evaluated", "infra_error"]
 

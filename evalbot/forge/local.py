@@ -21,6 +21,7 @@ from evalbot.forge.base import MergeResult, PullInfo
 from evalbot.forge.local_db import BOT_IDENTITY, DB_NAME, SCHEMA, SCHEMA_VERSION, connect, utc_stamp
 from evalbot.measure.gitops import git, ref_exists, resolve
 
+
 @dataclass
 class PullOverview:
     """One row of `evalbot status`."""

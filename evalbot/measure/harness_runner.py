@@ -26,7 +26,6 @@ from evalbot.measure.environment import child_env
 from evalbot.measure.process import STDOUT_LIMIT, ProcessResult, run_process
 from evalbot.settings import ProfileSettings, ScoringSettings
 
-
 # ---------------------------------------------------------------------------------------------
 # Schedule
 

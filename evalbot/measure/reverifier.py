@@ -13,9 +13,9 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from evalbot.settings import ScoringSettings
 from evalbot.decide.reverify import PromptSpec, Reverifier, ReverifierFactory
 from evalbot.measure.environment import child_env
+from evalbot.settings import ScoringSettings
 
 REVERIFY_TIMEOUT_S = 600.0  # per request
 

@@ -28,8 +28,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from evalbot.errors import ReceiptError
 from evalbot.decide.outcome import ScoreOutcome
+from evalbot.errors import ReceiptError
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://dspark-evalbot.dev/polaris/v1"

@@ -17,7 +17,6 @@ is one line naming the environment variable or the file key.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import tomllib

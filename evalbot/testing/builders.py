@@ -9,11 +9,11 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from evalbot.settings import Settings
+from evalbot.decide.contract import CompareLine, GuardLine, TauCheckLine
 from evalbot.decide.measurements import ContextSummary, GuardSummary, Measurements
 from evalbot.decide.noise import NoiseFloor
-from evalbot.decide.contract import CompareLine, GuardLine, TauCheckLine
-from evalbot.measure.harness_runner import RunRecord
+from evalbot.decide.records import RunRecord
+from evalbot.settings import Settings
 
 NONCE = "feedfacecafebeef"
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from evalbot.forge.base import PullInfo
 from evalbot.bot.jobs.model import ScoreJob
+from evalbot.forge.base import PullInfo
 
 
 @dataclass(frozen=True)

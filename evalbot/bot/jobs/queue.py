@@ -13,7 +13,6 @@ from typing import Protocol
 
 from huey import PriorityRedisHuey, SqliteHuey
 from huey.api import Huey
-
 from pydantic import ValidationError
 
 from evalbot.bot.jobs.boxlock import BoxLock

@@ -21,8 +21,8 @@ from starlette.routing import Route
 from evalbot.bot.jobs.queue import JobQueue
 from evalbot.bot.webhook.payloads import EVENT_MODELS, PayloadError, parse_event
 from evalbot.bot.webhook.routing import RoutingPolicy, route
-from evalbot.settings import Settings
 from evalbot.bot.webhook.signature import signature_problem
+from evalbot.settings import Settings
 
 log = logging.getLogger("evalbot.service")
 
