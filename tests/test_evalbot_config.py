@@ -82,3 +82,59 @@ def test_harness_commands_in_one_place():
         HarnessCommands(guard=["-m", "harness.guard", "{nonce}", "{gpu}"])
     with pytest.raises(ValueError, match="must pass"):
         HarnessCommands(guard=["-m", "harness.guard"])
+
+
+# -- one settings tree for the CLI and the bot --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({"EVALBOT_THRESHOLDS__AR_RATIO_MN": "1"}, "EVALBOT_THRESHOLDS__AR_RATIO_MN is not a known setting"),
+        ({"EVALBOT_THRESHOLD__AR_RATIO_MIN": "1"}, "EVALBOT_THRESHOLD__AR_RATIO_MIN: there is no setting 'threshold'"),
+        ({"EVALBOT__STATS__CONFIDENCE": "0.9"}, "one underscore after EVALBOT"),
+        ({"EVALBOT_BOX_ID": "h200-a"}, "EVALBOT_BOX_ID is EVALBOT_BOX now"),
+        ({"EVALBOT_PROFILES__GPU__ROUNDS": "many"}, "EVALBOT_PROFILES__GPU__ROUNDS must be a number, got 'many'"),
+        ({"EVALBOT_IMPORT_ROOTS": "harness"}, "EVALBOT_IMPORT_ROOTS must be JSON"),
+        ({"EVALBOT_PROFILE": "tpu"}, "EVALBOT_PROFILE must name a profile (cpu, gpu), got 'tpu'"),
+        ({"EVALBOT_AUTOMERGE_MIN_TIER": "none"}, "EVALBOT_AUTOMERGE_MIN_TIER must be one of XS, S, M, L, XL"),
+        ({"EVALBOT_STALE_AFTER_SECONDS": "5"}, "EVALBOT_STALE_AFTER_SECONDS must exceed heartbeat_seconds"),
+    ],
+)
+def test_environment_errors_name_the_variable(env, message):
+    with pytest.raises(ConfigError) as caught:
+        load_settings(None, environ=env)
+    assert message in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_file_errors_name_the_key_and_old_names_say_the_new_one(tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('default_profile = "gpu"\n')
+    with pytest.raises(ConfigError, match=r"default_profile in .*c\.toml is not a known setting \(it is `profile` now\)"):
+        load_settings(None, cfg, environ={})
+
+
+def test_the_bot_reads_the_same_tree_from_its_checkout(tmp_path):
+    (tmp_path / ".evalbot").mkdir()
+    (tmp_path / ".evalbot" / "config.toml").write_text('repo = "octo/dspark"\nbox = "h200-b"\nclose_on = ["REJECT"]\n'
+                                                      "[stats]\ndefault_noise_floor = 0.05\n")
+    env = {"EVALBOT_CHECKOUT_DIR": str(tmp_path), "EVALBOT_CLOSE_ON": "REJECT,none", "EVALBOT_AUTOMERGE": "on"}
+    s = load_settings(environ=env)
+    assert (s.repo, s.box_name(), s.stats.default_noise_floor, s.automerge) == ("octo/dspark", "h200-b", 0.05, True)
+    assert s.close_on == {"REJECT", "none"}  # the environment wins over the file
+    assert s.box_lock_path == s.state_dir / "box-h200-b.lock"
+    assert "repo" not in s.scoring_dump() and "thresholds" in s.scoring_dump()  # receipts record the scoring part
+
+
+def test_secrets_come_from_a_secrets_dir_and_never_reach_a_dump(tmp_path):
+    (tmp_path / "EVALBOT_WEBHOOK_SECRET").write_text("from-the-dir")
+    s = load_settings(None, environ={"EVALBOT_SECRETS_DIR": str(tmp_path), "EVALBOT_GITHUB_TOKEN": "ghp_x"})
+    assert s.webhook_secret == "from-the-dir" and s.github_token == "ghp_x"
+    dumped = json.dumps(s.model_dump(mode="json"))
+    assert "from-the-dir" not in dumped and "ghp_x" not in dumped and "ghp_x" not in repr(s)
+
+
+def test_plain_construction_reads_nothing_from_outside(monkeypatch):
+    monkeypatch.setenv("EVALBOT_THRESHOLDS__AR_RATIO_MIN", "0.5")
+    assert Settings().thresholds.ar_ratio_min == 0.98
+    assert load_settings(None).thresholds.ar_ratio_min == 0.5

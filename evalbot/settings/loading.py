@@ -44,6 +44,7 @@ CONFIG_ENV = "EVALBOT_CONFIG"
 SECRETS_DIR_ENV = "EVALBOT_SECRETS_DIR"
 SECRET_FILE_FIELDS = ("webhook_secret", "github_token")  # EVALBOT_<NAME>_FILE names a file holding it
 _NOT_SETTINGS = {CONFIG_ENV, SECRETS_DIR_ENV, "EVALBOT_DEBUG"}  # EVALBOT_* variables that steer the loading
+RENAMED = {"box_id": "box", "default_profile": "profile"}  # a name of an earlier version -> the setting now
 
 
 def config_file(repo: Path | None, explicit: Path | None, environ: Mapping[str, str]) -> Path | None:
@@ -112,10 +113,14 @@ def _file_source(settings_cls: type[BaseSettings], path: Path) -> PydanticBaseSe
     return source
 
 
-def _check_nested_names(environ: Mapping[str, str]) -> None:
-    """`EVALBOT_<SECTION>__...` must name a section: a typo there would otherwise be ignored."""
+def _check_names(environ: Mapping[str, str]) -> None:
+    """`EVALBOT_<SECTION>__...` must name a section (a typo there would otherwise be ignored), and a
+    variable of an earlier version says what it is called now instead of being ignored."""
     for var in environ:
         upper = var.upper()
+        old = upper[len(ENV_PREFIX):].lower() if upper.startswith(ENV_PREFIX) else ""
+        if old in RENAMED:
+            raise ConfigError(f"{var} is {env_name(RENAMED[old])} now")
         if not upper.startswith(ENV_PREFIX) or ENV_NESTED_DELIMITER not in upper[len(ENV_PREFIX):]:
             continue
         rest = upper[len(ENV_PREFIX):]
@@ -138,7 +143,8 @@ def _problem(error: dict) -> str:
     value = error.get("input")
     kind = error["type"]
     if kind == "extra_forbidden":
-        return "is not a known setting"
+        renamed = RENAMED.get(str(error["loc"][-1]))
+        return f"is not a known setting (it is `{renamed}` now)" if renamed else "is not a known setting"
     if kind in ("int_parsing", "float_parsing", "int_from_float"):
         return f"must be a number, got {value!r}"
     if kind == "bool_parsing":
@@ -183,7 +189,7 @@ def load_settings(
 
 def _load(repo: Path | None, config: Path | None, given: Mapping[str, str], overrides: dict[str, Any]) -> Settings:
     environ = {k: v for k, v in given.items() if k.upper() not in _NOT_SETTINGS}
-    _check_nested_names(environ)
+    _check_names(environ)
     if repo is None:
         found = _EnvironSource(Settings, environ)()
         repo = Path(overrides.get("checkout_dir") or found.get("checkout_dir") or ".")
