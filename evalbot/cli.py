@@ -82,12 +82,10 @@ def cmd_score(args: argparse.Namespace) -> int:
         base, head = args.base, args.head
     profile = profile_for(settings, args.profile)
     with RichProgress(enabled=not args.no_progress) as progress:
-        from evalbot.measure.reverifier import engine_reverifier_factory
-
         outcome = pipeline.score_refs(
-            repo, base, head, profile=profile, rounds=args.rounds, settings=settings, pr_number=args.pr,
-            harness_ref=args.harness_ref, progress=progress,
-            reverifier_factory=None if args.no_reverify else engine_reverifier_factory(settings),
+            repo, base, head, profile=profile, rounds=args.rounds, budget_s=args.budget, settings=settings,
+            pr_number=args.pr, harness_ref=args.harness_ref, progress=progress,
+            calibrate_first=not args.no_calibrate,
         )
     published = None
     if forge is not None and args.pr is not None:
@@ -120,7 +118,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     profile = profile_for(settings, args.profile)
     with RichProgress(enabled=not args.no_progress) as progress:
         floor, path = pipeline.calibrate(
-            repo, args.base, profile=profile, rounds=args.rounds, settings=settings, progress=progress
+            repo, args.base, profile=profile, rounds=args.rounds, budget_s=args.budget, settings=settings,
+            progress=progress,
         )
     sys.stdout.write(render_calibration(floor, path, settings.templates_dir))
     return EXIT_OK
@@ -170,8 +169,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "score", help="score a head ref against a base ref (or a local PR)",
         description=(
-            "Check out both refs side by side, give both the base tip's harness (HARNESS_PATHS), run them "
-            "interleaved ABBA for N rounds, and print the scorecard (or --json). Writes a receipt under .evalbot/receipts/."
+            "Measure the head merged into the base tip against the base tip, both with the base tip's harness "
+            "(HARNESS_PATHS), in long-lived sandboxed harness servers timed by the bot, round after round until "
+            "the verdict is decided or the profile's budget is spent; print the scorecard (or --json). Writes a "
+            "receipt under .evalbot/receipts/. A box, profile and engine version with no noise floor is calibrated first."
         ),
     )
     repo_opts(p)
@@ -183,22 +184,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="where the harness comes from (default: the base branch tip, origin/<base> when it exists)",
     )
     p.add_argument("--profile", choices=["cpu", "gpu"], help="harness profile (default: the `profile` setting, else gpu when CUDA is available, else cpu)")
-    p.add_argument("--rounds", type=int, metavar="N", help="ABBA rounds (default per profile: cpu 2, gpu 3)")
+    p.add_argument("--rounds", type=int, metavar="N", help="exactly N rounds (default: adaptive, until decided or the budget is spent)")
+    p.add_argument("--budget", type=float, metavar="SECONDS", help="time budget of the measurement (default: the profile's, gpu 600, cpu 180)")
+    p.add_argument("--no-calibrate", action="store_true",
+                   help="with no noise floor for this box, profile and engine version, use the default floor instead of calibrating first")
     p.add_argument("--json", action="store_true", help="print one JSON document (tier, receipt, gates, ...) instead of markdown")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    p.add_argument("--no-reverify", action="store_true",
-                   help="skip re-checking the PR's token streams with main's engine (the scorecard then says 'not run')")
     p.set_defaults(func=cmd_score)
 
     p = sub.add_parser(
         "calibrate", help="measure this box's A/A noise floor (base against itself)",
-        description="Run the base ref against itself and store the largest PR/main deviation per metric in "
-        ".evalbot/noise-floor.json, per box and profile. Gates and tiers allow for it.",
+        description="Run the base ref against itself (A/A) with the machinery a score uses and store, per metric, how "
+        "far the statistic its gate reads strayed from 1 (times a margin) in .evalbot/noise-floor.json, per box, "
+        "profile and engine version. Gates and tiers allow for it.",
     )
     repo_opts(p)
     p.add_argument("--base", metavar="REF", default="main", help="the ref to measure against itself (default main)")
     p.add_argument("--profile", choices=["cpu", "gpu"], help="harness profile (default: the `profile` setting, else gpu when CUDA is available, else cpu)")
-    p.add_argument("--rounds", type=int, metavar="N", help="A/A rounds (default: the profile's rounds, at least 2)")
+    p.add_argument("--rounds", type=int, metavar="N", help="exactly N A/A rounds (default: adaptive, as a score)")
+    p.add_argument("--budget", type=float, metavar="SECONDS", help="time budget (default: the profile's)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.set_defaults(func=cmd_calibrate)
 
@@ -213,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--work-dir", metavar="DIR", help="clone into DIR (new or empty; kept) instead of a temporary directory")
     p.add_argument("--keep", action="store_true", help="keep the temporary clone and its .evalbot/ state for `evalbot status`")
     p.add_argument("--only", metavar="SLUG", help="score one example, e.g. 02-lossy-shortcut (or lossy-shortcut, or 02)")
-    p.add_argument("--rounds", type=int, metavar="N", help="ABBA rounds per example and for the A/A calibration (default per profile: cpu 2, gpu 3)")
+    p.add_argument("--rounds", type=int, metavar="N", help="exactly N rounds per example and for the A/A calibration (default: adaptive)")
     p.add_argument("--no-calibrate", action="store_true",
                    help="on a box with no noise floor for the profile, gate with the default floor instead of calibrating first")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")

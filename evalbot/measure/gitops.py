@@ -259,3 +259,47 @@ def verify_overlay(
             if rel not in wanted_paths and matches_any(rel, patterns) and not rel.endswith(".pyc"):
                 raise HarnessPinError(f"harness pin failed: {rel} in {worktree_path.name} is not part of the base tip's harness")
     return tree_digest(wanted)
+
+
+# ---------------------------------------------------------------------------------------------
+# What would land: the merge of the PR into main's tip
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """The merge of `head` into `base`: its tree and a commit object for it (parents base, head), or the
+    paths that conflict."""
+
+    tree: str = ""
+    commit: str = ""
+    conflicts: tuple[str, ...] = ()
+
+
+def merge_candidate(repo: Path, base_sha: str, head_sha: str) -> Candidate:
+    """`git merge-tree --write-tree` (no work tree, no index, no hooks): what squash-merging the PR onto
+    main's current tip would give. A head that already contains the base tip merges to its own tree."""
+    proc = subprocess.run(
+        ["git", "-C", str(repo), "merge-tree", "--write-tree", "--name-only", "--no-messages", base_sha, head_sha],
+        capture_output=True, env=dict(os.environ, GIT_TERMINAL_PROMPT="0", LC_ALL="C"), timeout=300,
+    )
+    lines = proc.stdout.decode("utf-8", "surrogateescape").splitlines()
+    if proc.returncode == 1 and lines:
+        return Candidate(conflicts=tuple(sorted({p for p in lines[1:] if p})))
+    if proc.returncode != 0 or not lines:
+        err = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise GitError(f"git merge-tree: {err[-1] if err else 'failed'}")
+    tree = lines[0].strip()
+    env = {"GIT_AUTHOR_NAME": "DSpark EvalBot", "GIT_AUTHOR_EMAIL": "evalbot@localhost",
+           "GIT_COMMITTER_NAME": "DSpark EvalBot", "GIT_COMMITTER_EMAIL": "evalbot@localhost",
+           "GIT_AUTHOR_DATE": "2000-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2000-01-01T00:00:00Z"}
+    commit = git(repo, "commit-tree", tree, "-p", base_sha, "-p", head_sha, "-m",
+                 f"evalbot candidate: {head_sha[:12]} merged into {base_sha[:12]}", extra_env=env).strip()
+    return Candidate(tree=tree, commit=commit)
+
+
+MEASURED_CODE = ("engine/", "kernels/", "harness/")
+
+
+def code_digest(repo: Path, sha: str, prefixes: Sequence[str] = MEASURED_CODE) -> str:
+    """Digest of the files under `prefixes` at `sha`: names main's engine version (the noise floor's key)."""
+    return tree_digest([e for e in tree_entries(repo, sha) if e.path.startswith(tuple(prefixes))])

@@ -3,12 +3,7 @@ puts them together; `evalbot.settings.loading` fills them from a file and the en
 
 from __future__ import annotations
 
-import string
-
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-
-PROGRAMS = ("tau_check", "score", "compare", "guard")
-
+from pydantic import BaseModel, ConfigDict, Field
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -17,8 +12,7 @@ class _Strict(BaseModel):
 class Thresholds(_Strict):
     """Gate bars (any failure -> REJECT). Ratios are PR / main."""
 
-    min_lossless_runs: int = 3
-    tau_ratio_min: float = 0.95
+    min_verified_streams: int = 3  # DSpark streams per cell re-verified by main's engine
     top1_min: float = 0.9
     kl_max: float = 0.1
     min_compare_positions: int = 512
@@ -28,17 +22,13 @@ class Thresholds(_Strict):
 
 
 class IntegritySettings(_Strict):
-    """Anti-forgery tolerances (evalbot.decide.integrity)."""
+    """What the bot holds each process's answers to (evalbot.decide.integrity)."""
 
-    tps_rel_tolerance: float = 0.01  # tps must equal tokens / decode seconds within this
-    # Wall-clock cross-check: a claimed decode saving of S seconds must show up as at least
-    # `wallclock_min_fraction * S - slack` seconds less subprocess wall time, where slack is the
-    # larger of `wallclock_slack_s` and the calibrated wall-time noise of the box.
-    wallclock_min_fraction: float = 0.5
-    wallclock_slack_s: float = 1.0
-    # Streams shorter than new_tokens are plausible only if they end in one of these ids; with
-    # none configured a short stream is accepted (the AR/DSpark comparison still binds it).
-    eos_token_ids: list[int] = Field(default_factory=list)
+    # A report of more seconds than the bot's clock saw (times 1 + this, plus the slack) cannot be true.
+    clock_rel_tolerance: float = 0.02
+    clock_slack_s: float = 0.005
+    # A PR answer in less than this fraction of main's time on the same never-seen window was not computed.
+    min_time_fraction: float = 0.2
 
 
 class StatsSettings(_Strict):
@@ -50,78 +40,6 @@ class StatsSettings(_Strict):
     # The stored floor is the A/A deviation of each gated statistic times this margin: a later A/A run may
     # stray a little further than the calibration rounds did.
     noise_margin: float = 1.5
-
-
-class ProgramTimeouts(_Strict):
-    tau_check: float = 1800.0
-    score: float = 900.0
-    compare: float = 300.0
-    guard: float = 1800.0
-
-
-class ProfileSettings(_Strict):
-    rounds: int = 3
-    reps: int = 3  # DSpark runs per context requested from harness.tau_check
-    timeouts: ProgramTimeouts = Field(default_factory=ProgramTimeouts)
-
-    @field_validator("rounds", "reps")
-    @classmethod
-    def _positive(cls, v: int) -> int:
-        if v < 1:
-            raise ValueError("must be at least 1")
-        return v
-
-
-def default_profiles() -> dict[str, ProfileSettings]:
-    return {
-        "cpu": ProfileSettings(
-            rounds=2,
-            timeouts=ProgramTimeouts(tau_check=900, score=600, compare=300, guard=900),
-        ),
-        "gpu": ProfileSettings(rounds=3),
-    }
-
-
-class HarnessCommands(_Strict):
-    """The exact argv (after the interpreter) of each harness program.
-
-    Placeholders: {profile} {nonce} {reps} {out} {main_file} {pr_file}. Every program gets the
-    run's nonce and must echo it on every line (docs/harness.md). `python` None = the bot's own
-    interpreter (sys.executable).
-    """
-
-    python: str | None = None
-    tau_check: list[str] = Field(
-        default_factory=lambda: [
-            "-m", "harness.tau_check", "--profile", "{profile}", "--reps", "{reps}", "--nonce", "{nonce}",
-        ]
-    )
-    score: list[str] = Field(
-        default_factory=lambda: [
-            "-m", "harness.score", "--profile", "{profile}", "--out", "{out}", "--nonce", "{nonce}",
-        ]
-    )
-    compare: list[str] = Field(
-        default_factory=lambda: ["-m", "harness.compare", "{main_file}", "{pr_file}", "--nonce", "{nonce}"]
-    )
-    guard: list[str] = Field(
-        default_factory=lambda: ["-m", "harness.guard", "--profile", "{profile}", "--nonce", "{nonce}"]
-    )
-
-    @model_validator(mode="after")
-    def _known_placeholders(self) -> "HarnessCommands":
-        allowed = {"profile", "nonce", "reps", "out", "main_file", "pr_file"}
-        for program in PROGRAMS:
-            for arg in getattr(self, program):
-                for _, name, _, _ in string.Formatter().parse(arg):
-                    if name is not None and name not in allowed:
-                        raise ValueError(f"harness.{program}: unknown placeholder {{{name}}}")
-            if not any("{nonce}" in arg for arg in getattr(self, program)):
-                raise ValueError(f"harness.{program}: the command must pass {{nonce}}")
-        return self
-
-    def argv(self, program: str, python: str, **values: str) -> list[str]:
-        return [python] + [arg.format_map(values) for arg in getattr(self, program)]
 
 
 class EnvPolicy(_Strict):

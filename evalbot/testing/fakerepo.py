@@ -82,9 +82,21 @@ class FakeRepo:
         return (self.path / rel).read_text()
 
 
+CORPUS_CHARS = 60_000  # per corpus: enough never-repeated windows for the tests' small contexts
+
+
 def make_fake_repo(path: Path, knobs: Mapping[str, Any] | None = None) -> FakeRepo:
-    """A git repo at `path` (branch main, one commit) holding the fake harness and engine."""
+    """A git repo at `path` (branch main, one commit) holding the fake engine and a harness made of the
+    real server (harness/serve.py, the real protocol) and slices of the real corpora."""
+    import harness.serve
+    from harness.prompts import PROMPTS_DIR
+
     shutil.copytree(TEMPLATE, path, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copyfile(harness.serve.__file__, path / "harness" / "serve.py")
+    (path / "harness" / "prompts").mkdir(exist_ok=True)
+    for name in ("code", "prose"):
+        text = (PROMPTS_DIR / f"{name}.txt").read_text(encoding="utf-8")[:CORPUS_CHARS]
+        (path / "harness" / "prompts" / f"{name}.txt").write_text(text, encoding="utf-8")
     repo = FakeRepo(path)
     repo.git("init", "-q", "-b", "main")
     if knobs:
