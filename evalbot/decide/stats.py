@@ -37,44 +37,10 @@ def geomean(values: Sequence[float]) -> float:
     return float(math.exp(sum(math.log(v) for v in values) / len(values)))
 
 
-def paired_ratios(pr: Sequence[float], main: Sequence[float]) -> list[float]:
-    """PR / main within each round (the two lists are aligned by round)."""
-    if len(pr) != len(main):
-        raise ValueError(f"unpaired samples: {len(pr)} PR vs {len(main)} main")
-    if any(m <= 0 for m in main):
-        raise ValueError("main values must be positive")
-    return [p / m for p, m in zip(pr, main)]
 
 
-def bootstrap_ci(
-    values: Sequence[float], *, resamples: int = 2000, seed: int = 0, confidence: float = 0.95
-) -> tuple[float, float]:
-    """Percentile bootstrap CI of the median. One value gives a zero-width interval at it."""
-    if not values:
-        raise ValueError("bootstrap of no values")
-    if not 0 < confidence < 1:
-        raise ValueError("confidence must be in (0, 1)")
-    data = np.asarray(values, dtype=float)
-    if len(data) == 1:
-        return float(data[0]), float(data[0])
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(data), size=(resamples, len(data)))
-    medians = np.median(data[idx], axis=1)
-    alpha = (1.0 - confidence) / 2.0
-    lo, hi = np.quantile(medians, [alpha, 1.0 - alpha])
-    return float(lo), float(hi)
 
 
-def max_abs_deviation(ratios: Sequence[float]) -> float:
-    """The largest |r - 1| over A/A ratios: the noise floor an A/B difference must clear."""
-    if not ratios:
-        raise ValueError("no ratios")
-    return float(max(abs(r - 1.0) for r in ratios))
-
-
-def rel_close(a: float, b: float, tolerance: float) -> bool:
-    """|a - b| <= tolerance * |b| (b the reference value)."""
-    return abs(a - b) <= tolerance * abs(b)
 def cluster_bootstrap_ci(
     values: Sequence[float], groups: Sequence[int], *, resamples: int = 2000, seed: int = 0,
     confidence: float = 0.95,
@@ -93,13 +59,17 @@ def cluster_bootstrap_ci(
     if len(data) == 1:
         return float(data[0]), float(data[0])
     labels = sorted(set(groups))
-    members = [np.flatnonzero(np.asarray(groups) == g) for g in labels]
+    order = np.argsort(np.searchsorted(labels, groups), kind="stable")
+    sizes = np.array([sum(1 for g in groups if g == lab) for lab in labels])
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    sorted_data = data[order]
     rng = np.random.default_rng(seed)
-    medians = np.empty(resamples)
-    for r in range(resamples):
-        picked = rng.integers(0, len(members), size=len(members))
-        idx = np.concatenate([members[i][rng.integers(0, len(members[i]), size=len(members[i]))] for i in picked])
-        medians[r] = np.median(data[idx])
+    n_groups, width = len(labels), int(sizes.max())
+    picked = rng.integers(0, n_groups, size=(resamples, n_groups))  # groups, with replacement
+    within = (rng.random((resamples, n_groups, width)) * sizes[picked][..., None]).astype(int)  # values in each
+    values = sorted_data[starts[picked][..., None] + np.minimum(within, sizes[picked][..., None] - 1)]
+    values = np.where(np.arange(width)[None, None, :] < sizes[picked][..., None], values, np.nan)
+    medians = np.nanmedian(values.reshape(resamples, -1), axis=1)
     alpha = (1.0 - confidence) / 2.0
     lo, hi = np.quantile(medians, [alpha, 1.0 - alpha])
     return float(lo), float(hi)

@@ -114,6 +114,11 @@ def decide(m: Measurements, settings: ScoringSettings) -> Verdict:
                                     f"({', '.join(broken)}): the ruler is broken, no PR can be judged with it")
 
     gates = evaluate(m, settings.thresholds)
+    if m.stop is not None and m.stop.reason == "failure" and any(g.gate == "integrity" and g.status == "fail" for g in gates):
+        # The PR's process failed before everything was measured: what is missing is not a verdict on
+        # it (a crash is never read as lossy or slow); the failure is.
+        gates = [g.model_copy(update={"status": "skipped", "detail": "not measured: the PR's process failed first"})
+                 if g.missing else g for g in gates]
     speedup = compute_speedup(m, settings)
     failed = [g for g in gates if g.status == "fail"]
     if failed:
