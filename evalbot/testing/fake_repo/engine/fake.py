@@ -23,6 +23,7 @@ KNOBS = {
     "logit_scale": 1.0,     # scale the log-prob dump's logits (same argmax, another distribution)
     "crash": "",            # op at which the process exits ("start" = while loading)
     "hang": "",             # op at which the process sleeps forever
+    "fault_after": 0,       # calls of that op answered normally before it crashes or hangs
     "forge_clock": 1.0,     # the times it reports are scaled by this (the bot's clock is not)
     "stdout_noise": False,  # print to stdout while loading (the server points fd 1 at stderr)
     "forge_fds": False,     # after each answer, write a forged answer line to every other pipe it has
@@ -50,7 +51,13 @@ if KNOBS["spin"]:
     threading.Thread(target=_spin, daemon=True).start()
 
 
+CALLS: dict = {}
+
+
 def maybe(op):
+    CALLS[op] = CALLS.get(op, 0) + 1
+    if CALLS[op] <= KNOBS["fault_after"]:
+        return
     if KNOBS["crash"] == op:
         print("RuntimeError: CUDA error: an illegal memory access was encountered", file=os.sys.stderr, flush=True)
         os._exit(1)
