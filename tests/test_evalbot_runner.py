@@ -97,57 +97,7 @@ def test_record_classification():
     assert reported.failure == "tau_check reported an error: no GPU"
 
 
-# --- the sandbox user: PR code cannot read the bot's secrets from disk, nor outlive its run ------
-
-import os as _os
-import pwd as _pwd
-
-import pytest as _pytest
-
-from evalbot.settings import Sandbox
-from evalbot.measure.sandbox import sandbox_prefix  # noqa: E402
-
-
-def _nobody_available() -> bool:
-    try:
-        _pwd.getpwnam("nobody")
-    except KeyError:
-        return False
-    return _os.geteuid() == 0
-
-
-@_pytest.mark.skipif(not _nobody_available(), reason="needs root and a 'nobody' account to switch to")
-def test_sandboxed_child_cannot_read_the_signing_key_or_outlive_its_run(tmp_path):
-    import sys
-    import time
-
-    secret = tmp_path / "signing-key.pem"
-    secret.write_text("-----BEGIN PRIVATE KEY-----\nsecret\n-----END PRIVATE KEY-----\n")
-    secret.chmod(0o600)
-    tmp_path.chmod(0o755)
-    code = (
-        "import subprocess, sys\n"
-        "subprocess.Popen(['setsid', 'sleep', '300'])\n"  # tries to escape the process group
-        "try:\n    print(open(sys.argv[1]).read())\nexcept PermissionError:\n    print('denied')\n"
-    )
-    env = {"PATH": _os.environ["PATH"]}
-    free = run_process([sys.executable, "-c", code, str(secret)], tmp_path, env, 60, tmp_path)
-    assert "secret" in free.stdout  # same user: the key is readable (why the sandbox exists)
-    boxed = run_process([sys.executable, "-c", code, str(secret)], tmp_path, env, 60, tmp_path, Sandbox(user="nobody"))
-    assert boxed.returncode == 0 and boxed.stdout.strip() == "denied"
-    from evalbot.measure.sandbox import user_processes
-
-    assert user_processes(_pwd.getpwnam("nobody").pw_uid) == []  # the setsid'd sleep is gone too
-
-
-def test_sandbox_configuration_errors():
-    from evalbot.errors import EvalbotError
-
-    assert sandbox_prefix(Sandbox()) == []
-    with _pytest.raises(EvalbotError, match="does not exist"):
-        sandbox_prefix(Sandbox(user="no-such-user-here"))
-    with _pytest.raises(EvalbotError, match="needs sandbox.user"):
-        sandbox_prefix(Sandbox(no_network=True))
+# The sandbox (bubblewrap) that replaced the sandbox user is tested in tests/test_sandbox*.py.
 
 
 def test_an_interrupted_run_takes_its_child_group_down(tmp_path):

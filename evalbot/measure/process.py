@@ -13,8 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from evalbot.measure.sandbox import kill_user_processes, sandbox_prefix
-from evalbot.settings import Sandbox
+from evalbot.settings import SandboxSettings
 
 STDOUT_LIMIT = 64 * 1024 * 1024
 STDERR_TAIL_BYTES = 64 * 1024
@@ -46,11 +45,11 @@ def _read_tail(path: Path, limit: int) -> str:
 
 
 def run_process(argv: Sequence[str], cwd: Path, env: Mapping[str, str], timeout: float, scratch: Path,
-                sandbox: Sandbox | None = None) -> ProcessResult:
-    """Run argv in its own session; outputs go to files (no pipe deadlock, bounded memory)."""
-    if sandbox is not None and sandbox.user:
-        argv = [*sandbox_prefix(sandbox), *argv]
-        env = {**env, "PYTHONDONTWRITEBYTECODE": "1"}  # the worktree is not the sandbox user's to write
+                sandbox: SandboxSettings | None = None) -> ProcessResult:
+    """Run argv in its own session; outputs go to files (no pipe deadlock, bounded memory).
+
+    `sandbox` is accepted and not used: this runner is not sandboxed. PR code runs sandboxed in
+    `evalbot.measure.proc.SandboxedProcess` (bubblewrap), which replaces it."""
     out_path = scratch / f"stdout-{secrets.token_hex(4)}"
     err_path = scratch / f"stderr-{secrets.token_hex(4)}"
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
@@ -69,13 +68,9 @@ def run_process(argv: Sequence[str], cwd: Path, env: Mapping[str, str], timeout:
         except BaseException:  # interrupted (Ctrl-C, SIGTERM via the CLI): take the child down with us
             _kill_group(proc.pid)
             proc.wait()
-            if sandbox is not None and sandbox.user:
-                kill_user_processes(sandbox.user)
             raise
         wall = time.perf_counter() - start
         _kill_group(proc.pid)  # stragglers must not run into the next measurement
-        if sandbox is not None and sandbox.user:
-            kill_user_processes(sandbox.user)
     too_big = out_path.stat().st_size > STDOUT_LIMIT
     stdout = "" if too_big else out_path.read_bytes().decode("utf-8", "replace")
     stderr_tail = _read_tail(err_path, STDERR_TAIL_BYTES)

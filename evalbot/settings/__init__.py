@@ -10,7 +10,7 @@ from evalbot.settings.sections import (
     IntegritySettings,
     ProfileSettings,
     ProgramTimeouts,
-    Sandbox,
+    SandboxSettings,
     StatsSettings,
     Thresholds,
 )
@@ -18,6 +18,6 @@ from evalbot.settings.tiers import TierBand, TierSettings
 
 __all__ = [
     "PROGRAMS", "STATE_DIR_NAME", "EnvPolicy", "HarnessCommands", "IntegritySettings", "ProfileSettings",
-    "ProgramTimeouts", "Sandbox", "ScoringSettings", "Settings", "StatsSettings", "Thresholds", "TierBand",
+    "ProgramTimeouts", "SandboxSettings", "ScoringSettings", "Settings", "StatsSettings", "Thresholds", "TierBand",
     "TierSettings", "config_file", "env_name", "load_settings",
 ]

@@ -22,7 +22,7 @@ from evalbot.settings.sections import (
     HarnessCommands,
     IntegritySettings,
     ProfileSettings,
-    Sandbox,
+    SandboxSettings,
     StatsSettings,
     Thresholds,
     default_profiles,
@@ -65,7 +65,7 @@ class ScoringSettings(BaseSettings):
     profiles: dict[str, ProfileSettings] = Field(default_factory=default_profiles)
     harness: HarnessCommands = Field(default_factory=HarnessCommands)
     env: EnvPolicy = Field(default_factory=EnvPolicy)
-    sandbox: Sandbox = Field(default_factory=Sandbox)
+    sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     # The harness profile when a command or job names none; None: gpu where CUDA is available, else cpu.
     profile: str | None = None
     # Packages a harness child must import from its own worktree (checked before any run).
