@@ -213,7 +213,7 @@ def _data(args: list[str], fds: list[int], content: str, dest: str) -> None:
     os.write(w, content.encode())
     os.close(w)
     fds.append(r)
-    args += ["--ro-bind-data", str(r), dest]
+    args += ["--perms", "0644", "--ro-bind-data", str(r), dest]
 
 
 def _gpu_mounts() -> list[str]:
