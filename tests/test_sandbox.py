@@ -342,6 +342,51 @@ def test_kill_leaves_nothing_behind(box, freezer):
     assert proc.poll() is not None
 
 
+@pytest.mark.parametrize("freezer", FREEZERS)
+def test_kill_while_frozen(box, freezer):
+    proc = box.start(LEAVE_BEHIND, freezer=freezer)
+    assert _read_line(proc) == "left"
+    tree = ptable.descendants(proc.pid)
+    proc.freeze()
+    proc.kill()
+    assert not [p for p, s in tree.items() if ptable.alive(p, s)]
+
+
+BOT = """
+import json, sys, time
+from pathlib import Path
+from evalbot.measure import ptable
+from evalbot.measure.proc import SandboxedProcess
+from evalbot.measure.sandbox import SandboxSpec
+from evalbot.settings import SandboxSettings
+tree, model, freezer = sys.argv[1:4]
+spec = SandboxSpec("pr-1", Path(tree), Path(model), {"PATH": "/usr/bin:/bin"})
+code = "import subprocess, time; subprocess.Popen(['setsid', 'sleep', '300']); time.sleep(1); print('up', flush=True); time.sleep(300)"
+proc = SandboxedProcess.start(spec, [sys.executable, "-c", code], SandboxSettings(), freezer=freezer)
+proc.stdout.readline()
+print(json.dumps({"tree": ptable.descendants(proc.pid), "cgroups": [str(d) for d in proc._freezer.cgroups.dirs]}), flush=True)
+time.sleep(300)
+"""
+
+
+@pytest.mark.parametrize("freezer", FREEZERS)
+def test_nothing_survives_the_bot_being_killed(box, freezer):
+    """SIGKILL to the bot: bwrap dies with it (--die-with-parent), and its PID namespace with bwrap.
+    The next sandbox removes the empty cgroups the dead bot left."""
+    bot = subprocess.Popen([sys.executable, "-c", BOT, str(box.tree), str(box.model), freezer],
+                           stdout=subprocess.PIPE, cwd=Path(__file__).resolve().parents[1])
+    try:
+        found = json.loads(bot.stdout.readline())
+    finally:
+        bot.kill()
+        bot.wait()
+    tree = {int(p): s for p, s in found["tree"].items()}
+    assert len(tree) >= 4
+    ptable.wait_until(lambda: not any(ptable.alive(p, s) for p, s in tree.items()), "the sandbox dying with the bot")
+    box.run("print(1)")  # a new sandbox sweeps the dead bot's cgroups
+    assert not any(Path(d).exists() for d in found["cgroups"])
+
+
 def test_kill_after_it_died_by_itself(box):
     proc = box.start("print('bye')")
     assert _read_all(proc, 60) == b"bye\n"

@@ -72,6 +72,20 @@ def _name(label: str) -> str:
     return f"evalbot-{re.sub(r'[^A-Za-z0-9_.-]', '_', label)[:40]}-{os.getpid()}-{secrets.token_hex(3)}"
 
 
+_STALE = re.compile(r"^evalbot-.*-(\d+)-[0-9a-f]{6}$")
+
+
+def _sweep(parent: Path) -> None:
+    """Remove the empty cgroups a bot that was killed left behind (its pid no longer runs)."""
+    for entry in parent.iterdir():
+        found = _STALE.match(entry.name)
+        if found and entry.is_dir() and not os.path.exists(f"/proc/{found.group(1)}"):
+            try:
+                entry.rmdir()
+            except OSError:
+                pass  # not empty: something still runs in it, leave it be
+
+
 def _v2_delegate(parent: Path, controller: str) -> bool:
     """Make `controller` available to parent's children (moving the bot into a leaf if it must)."""
     if controller in (parent / "cgroup.subtree_control").read_text().split():
@@ -178,8 +192,9 @@ class Freezer:
 
     def kill(self) -> None:
         """Kill every member; return once none is alive (and its cgroups are empty)."""
+        before = self.members()
         self._kill_cgroup()
-        kill_all(self.members)
+        kill_all(self.members, before)
 
     def remove(self) -> None:
         self.cgroups.remove()
@@ -270,6 +285,11 @@ def make_freezer(label: str, settings: SandboxSettings, prefer: str | None = Non
     if prefer is not None and prefer not in FREEZERS:
         raise EvalbotError(f"unknown freezer {prefer!r} (known: {', '.join(FREEZERS)})")
     name = _name(label)
+    for parent in {_own_dir("v2"), _own_dir("v1", "freezer"), _own_dir("v1", "pids")} - {None}:
+        try:
+            _sweep(parent)
+        except OSError:
+            pass
     for kind in [prefer] if prefer else FREEZERS:
         cgroups = Cgroups()
         freezer = _try(kind, cgroups, name)

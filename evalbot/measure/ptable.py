@@ -125,7 +125,10 @@ def signal_until_stable(members: Callable[[], dict[int, int]], sig: int) -> dict
         sent.update(new)
 
 
-def kill_all(members: Callable[[], dict[int, int]]) -> None:
-    """SIGKILL every member until none is left; returns once none of them is alive."""
-    killed = signal_until_stable(members, signal.SIGKILL)
-    wait_until(lambda: not any(alive(p, s) for p, s in killed.items()), "killing every process of the sandbox")
+def kill_all(members: Callable[[], dict[int, int]], known: dict[int, int] | None = None) -> None:
+    """SIGKILL every member (and the `known` ones) until no new one appears; returns once none of
+    them is alive (a process leaves its cgroup and its parent while it exits: `known` waits for it)."""
+    known = dict(known or {})
+    signal_all(known, signal.SIGKILL)
+    known.update(signal_until_stable(members, signal.SIGKILL))
+    wait_until(lambda: not any(alive(p, s) for p, s in known.items()), "killing every process of the sandbox")

@@ -118,7 +118,9 @@ def _probe(bwrap: str, uid: int, gid: int, root: bool) -> str:
         raise SandboxUnavailable(f"bubblewrap ({bwrap}) does not run: {e}; {MISSING}") from None
     version = out.stdout.strip() or "bubblewrap"
     true = shutil.which("true", path="/usr/bin:/bin") or "/bin/true"
-    argv = [bwrap, *_namespaces(uid, gid, root), *_base_mounts(), "--", *_drop(uid, gid, root), true]
+    argv = [bwrap, "--perms", "0755", "--dir", "/work", *_namespaces(uid, gid, root), *_base_mounts(),
+            "--perms", "1777", "--size", str(1 << 20), "--tmpfs", "/tmp", "--remount-ro", "/", "--chdir", "/tmp",
+            "--", *_drop(uid, gid, root), true]  # every option a sandbox uses (bwrap >= 0.8 for --disable-userns)
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as e:
