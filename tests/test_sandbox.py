@@ -162,7 +162,8 @@ def test_it_sees_its_tree_the_model_and_python_and_runs_as_nobody(box):
 
 
 def test_the_interpreter_under_root_is_bound_alone(box):
-    """The venv of this VM points into /root/.pyenv: exactly the install dir is bound, never /root."""
+    """The venv of this VM points into /root/.pyenv: exactly the install dir is bound, never /root
+    (nor the bot's home, wherever it is)."""
     argv, fds = bwrap_command(box.spec(), [sys.executable, "-c", "pass"], SandboxSettings())
     for fd in fds:
         os.close(fd)
@@ -171,14 +172,13 @@ def test_the_interpreter_under_root_is_bound_alone(box):
     assert home not in binds and "/" not in binds and "/etc" not in binds
     assert os.path.realpath(sys.base_prefix) in binds
     rc, found, err = box.run("""
-        import json, os
-        import pwd
+        import json, os, pwd, sys
         assert pwd.getpwuid(os.getuid()).pw_dir == "/tmp" and pwd.getpwnam("root").pw_dir == "/root"
-        print(json.dumps(os.listdir("/root") if os.path.isdir("/root") else []))
-    """)
+        print(json.dumps(os.listdir(sys.argv[1]) if os.path.isdir(sys.argv[1]) else []))
+    """, home)
     assert rc == 0, err
     visible = {Path(os.path.relpath(p, home)).parts[0] for p in binds if p.startswith(home + "/")}
-    assert set(found) == visible  # /root inside holds only the way down to the interpreter
+    assert set(found) == visible  # the bot's home inside holds only the way down to the interpreter
 
 
 def test_it_reads_nothing_of_the_bot(box):
