@@ -55,7 +55,10 @@ def _repo(args: argparse.Namespace) -> Path:
 
 
 def _settings(args: argparse.Namespace, repo: Path) -> Settings:
-    return load_settings(repo, Path(args.config) if getattr(args, "config", None) else None)
+    settings = load_settings(repo, Path(args.config) if getattr(args, "config", None) else None)
+    if getattr(args, "no_sandbox", False):
+        settings = settings.model_copy(update={"sandbox": settings.sandbox.model_copy(update={"enabled": False})})
+    return settings
 
 
 # ---------------------------------------------------------------------------------------------
@@ -190,6 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with no noise floor for this box, profile and engine version, use the default floor instead of calibrating first")
     p.add_argument("--json", action="store_true", help="print one JSON document (tier, receipt, gates, ...) instead of markdown")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument("--no-sandbox", action="store_true",
+                   help="run PR code without the bubblewrap sandbox (development only; the scorecard says so)")
     p.set_defaults(func=cmd_score)
 
     p = sub.add_parser(
@@ -204,6 +209,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=int, metavar="N", help="exactly N A/A rounds (default: adaptive, as a score)")
     p.add_argument("--budget", type=float, metavar="SECONDS", help="time budget (default: the profile's)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument("--no-sandbox", action="store_true",
+                   help="run PR code without the bubblewrap sandbox (development only; the scorecard says so)")
     p.set_defaults(func=cmd_calibrate)
 
     p = sub.add_parser(
@@ -221,6 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-calibrate", action="store_true",
                    help="on a box with no noise floor for the profile, gate with the default floor instead of calibrating first")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument("--no-sandbox", action="store_true",
+                   help="run PR code without the bubblewrap sandbox (development only; the scorecard says so)")
     p.set_defaults(func=lambda a: run_demo(
         _repo(a), profile=a.profile, work_dir=Path(a.work_dir) if a.work_dir else None, keep=a.keep, only=a.only,
         rounds=a.rounds, calibrate=not a.no_calibrate, settings=_settings(a, _repo(a)), progress=not a.no_progress))
@@ -288,7 +297,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command in RUNS_PR_CODE:
-        make_undumpable()  # PR code runs as our user unless a sandbox user is set: keep our memory from it
+        make_undumpable()  # belt and braces: with --no-sandbox PR code runs as our user
         signal.signal(signal.SIGTERM, _terminated)  # unwind: harness children and worktrees are cleaned up
     try:
         return int(args.func(args))

@@ -8,10 +8,13 @@ with its own copy of the harness once read a good PR as -47.5% (docs/shared prio
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import fnmatch
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
@@ -24,21 +27,91 @@ from evalbot.errors import GitError, HarnessPinError
 _GLOB_CHARS = set("*?[")
 
 
+GIT_TIMEOUT_S = 600.0  # every git call's wall-clock limit (a fetch of a large repository included)
+_no_hooks: Path | None = None
+
+
+def no_hooks_dir() -> Path:
+    """An empty directory of the bot's own: `core.hooksPath` for every git call, so no hook planted
+    in a checkout's .git (or configured there) ever runs."""
+    global _no_hooks
+    if _no_hooks is None or not _no_hooks.is_dir():
+        _no_hooks = Path(tempfile.mkdtemp(prefix="evalbot-nohooks-"))
+        atexit.register(shutil.rmtree, _no_hooks, True)
+    return _no_hooks
+
+
+def git_argv(repo: Path, *args: str) -> list[str]:
+    """git with hooks, credential helpers, askpass and fsmonitor turned off, in `repo`."""
+    return ["git", "-c", f"core.hooksPath={no_hooks_dir()}", "-c", "credential.helper=", "-c", "core.askPass=",
+            "-c", "core.fsmonitor=false", "-C", str(repo), *args]
+
+
+def git_env(extra_env: Mapping[str, str] | None = None) -> dict[str, str]:
+    return dict(os.environ, GIT_LITERAL_PATHSPECS="1", LC_ALL="C", GIT_TERMINAL_PROMPT="0", GIT_ASKPASS="",
+                SSH_ASKPASS="", **(extra_env or {}))
+
+
+def run_git(repo: Path, *args: str, input_bytes: bytes | None = None, extra_env: Mapping[str, str] | None = None,
+            timeout: float = GIT_TIMEOUT_S) -> tuple[int, bytes, bytes]:
+    """(status, stdout, stderr) of one hardened git call; GitError naming the command on a timeout
+    (git and whatever it started, e.g. a remote helper, are killed as one process group)."""
+    proc = subprocess.Popen(
+        git_argv(repo, *args), stdin=subprocess.PIPE if input_bytes is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=git_env(extra_env), start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(input_bytes, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise GitError(f"git {' '.join(args[:3])}: timed out after {timeout:g} s") from None
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    return proc.returncode, out, err
+
+
+def _failure(args: Sequence[str], err: bytes) -> GitError:
+    msg = err.decode("utf-8", "replace").strip().splitlines()
+    return GitError(f"git {' '.join(args[:3])}: {msg[-1] if msg else 'failed'}")
+
+
 def git(
     repo: Path, *args: str, check: bool = True, input_bytes: bytes | None = None,
-    extra_env: Mapping[str, str] | None = None,
+    extra_env: Mapping[str, str] | None = None, timeout: float = GIT_TIMEOUT_S,
 ) -> str:
-    env = dict(os.environ, GIT_LITERAL_PATHSPECS="1", LC_ALL="C", GIT_TERMINAL_PROMPT="0", **(extra_env or {}))
-    proc = subprocess.run(
-        ["git", "-C", str(repo), *args],
-        capture_output=True,
-        input=input_bytes,
-        env=env,
-    )
-    if check and proc.returncode != 0:
-        msg = proc.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise GitError(f"git {' '.join(args[:3])}: {msg[-1] if msg else 'failed'}")
-    return proc.stdout.decode("utf-8", "surrogateescape")
+    code, out, err = run_git(repo, *args, input_bytes=input_bytes, extra_env=extra_env, timeout=timeout)
+    if check and code != 0:
+        raise _failure(args, err)
+    return out.decode("utf-8", "surrogateescape")
+
+
+def git_bytes(repo: Path, *args: str, input_bytes: bytes | None = None, timeout: float = GIT_TIMEOUT_S) -> bytes:
+    code, out, err = run_git(repo, *args, input_bytes=input_bytes, timeout=timeout)
+    if code != 0:
+        raise _failure(args, err)
+    return out
+
+
+def read_blobs(repo: Path, blobs: Sequence[str], timeout: float = GIT_TIMEOUT_S) -> dict[str, bytes]:
+    """The contents of these blob ids, in one `git cat-file --batch`."""
+    if not blobs:
+        return {}
+    out = git_bytes(repo, "cat-file", "--batch", input_bytes="".join(f"{b}\n" for b in blobs).encode(), timeout=timeout)
+    found, pos = {}, 0
+    for blob in blobs:
+        end = out.index(b"\n", pos)
+        header = out[pos:end].split()
+        if len(header) != 3 or header[1] != b"blob":
+            raise GitError(f"git cat-file: {blob[:12]} is not a blob")
+        size = int(header[2])
+        found[blob] = out[end + 1 : end + 1 + size]
+        pos = end + 1 + size + 1
+    return found
 
 
 def repo_root(path: Path) -> Path:
@@ -121,15 +194,13 @@ def matches_any(path: str, patterns: Sequence[str]) -> bool:
 def read_manifest(repo: Path, ref: str, manifest_path: str, label: str | None = None) -> list[str]:
     """The harness path patterns at `ref` (shown as `label`), the manifest itself always included."""
     where = f"{label} ({ref[:12]})" if label and label != ref else ref
-    proc = subprocess.run(
-        ["git", "-C", str(repo), "show", f"{ref}:{manifest_path}"], capture_output=True
-    )
-    if proc.returncode != 0:
+    code, out, _ = run_git(repo, "show", f"{ref}:{manifest_path}")
+    if code != 0:
         raise HarnessPinError(
             f"cannot pin the harness: {manifest_path} does not exist at {where} "
             "(the base branch must carry the harness manifest)"
         )
-    patterns = parse_manifest(proc.stdout.decode("utf-8", "replace"))
+    patterns = parse_manifest(out.decode("utf-8", "replace"))
     if not patterns:
         raise HarnessPinError(f"cannot pin the harness: {manifest_path} at {where} lists no paths")
     if manifest_path not in patterns:

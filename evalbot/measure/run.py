@@ -16,13 +16,14 @@ from evalbot.decide.records import Records, Ref
 from evalbot.decide.stopping import decided
 from evalbot.measure import gitops
 from evalbot.measure.campaign import Campaign
-from evalbot.measure.checkout import PinnedHarness, overlaid_worktrees
+from evalbot.measure.checkout import PinnedHarness, exported_trees
 from evalbot.measure.client import ServerClient
 from evalbot.measure.corpus import load_corpora
 from evalbot.measure.environment import scrub_env
 from evalbot.measure.gpu_contention import GpuContention
 from evalbot.measure.plan import plan_for
-from evalbot.measure.proc import SandboxedProcess, SandboxSpec
+from evalbot.measure.proc import SandboxedProcess
+from evalbot.measure.sandbox import MODEL_DIR, SandboxSpec, check_sandbox, gpu_for
 from evalbot.settings import Settings
 
 
@@ -65,16 +66,18 @@ def run_campaign(repo: Path, pinned: PinnedHarness, shas: Mapping[Ref, str], set
     corpora = load_corpora(repo, pinned.harness_sha, prof.corpora, model)
     env = scrub_env(os.environ if environ is None else environ, settings.env)
     python = settings.harness.python or sys.executable
+    check_sandbox(settings.sandbox)  # one line naming what to install, before anything is exported
     if progress is not None:
         progress.begin(0)
     with gitops.scratch_dir("evalbot-run-") as scratch:
-        with overlaid_worktrees(pinned, scratch, ("main", "pr"), (shas["base"], shas["head"])) as (main_tree, pr_tree):
+        with exported_trees(pinned, scratch, ("main", "pr"), (shas["base"], shas["head"])) as (main_tree, pr_tree):
             trees = {"base": main_tree, "head": pr_tree}
 
             def spawn(ref: Ref, index: int, nonce: str):
                 label = f"{'main' if ref == 'base' else 'pr'}-{index + 1}"
-                spec = SandboxSpec(label=label, tree=trees[ref], model=model, env=env, gpu=gpu)
-                argv = settings.harness.command(python, str(spec.model))
+                spec = SandboxSpec(label=label, tree=trees[ref], model=model, env=env, gpu=gpu_for(settings.sandbox))
+                inside = MODEL_DIR / model.name if settings.sandbox.enabled else model
+                argv = settings.harness.command(python, str(inside))
                 handle = SandboxedProcess.start(spec, argv, settings.sandbox)
                 campaign.records.sandbox, campaign.records.freezer = handle.description, handle.freezer
                 return handle, ServerClient(handle.stdin, handle.stdout, label, nonce)

@@ -18,7 +18,7 @@ from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource
 
 from evalbot.errors import ConfigError
 from evalbot.settings.measurement import HarnessServer, ProfileSettings, default_profiles
-from evalbot.settings.sections import EnvPolicy, IntegritySettings, Sandbox, StatsSettings, Thresholds
+from evalbot.settings.sections import EnvPolicy, IntegritySettings, SandboxSettings, StatsSettings, Thresholds
 from evalbot.settings.tiers import DEFAULT_MIN_TIER, TierSettings
 
 ENV_PREFIX = "EVALBOT_"
@@ -57,7 +57,7 @@ class ScoringSettings(BaseSettings):
     profiles: dict[str, ProfileSettings] = Field(default_factory=default_profiles)
     harness: HarnessServer = Field(default_factory=HarnessServer)
     env: EnvPolicy = Field(default_factory=EnvPolicy)
-    sandbox: Sandbox = Field(default_factory=Sandbox)
+    sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     # The harness profile when a command or job names none; None: gpu where CUDA is available, else cpu.
     profile: str | None = None
     harness_manifest: str = "harness/HARNESS_PATHS"

@@ -3,7 +3,10 @@ puts them together; `evalbot.settings.loading` fills them from a file and the en
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -65,12 +68,47 @@ class EnvPolicy(_Strict):
     )
 
 
-class Sandbox(_Strict):
-    """Who runs PR code. With `user` set, every harness child runs as that unprivileged account
-    (setpriv when the bot is root, `sudo -n -u` otherwise), so it cannot read the bot's keys, tokens
-    or state even from disk, and every process it left behind is killed after each run (a child that
-    escapes its process group with setsid included). `no_network` (root only) gives each child an
-    empty network namespace."""
+class SandboxSettings(_Strict):
+    """Where PR code runs (evalbot.measure.sandbox, docs/deploy.md "Trust model"): a bubblewrap sandbox
+    per harness process, on by default. `enabled = false` (`--no-sandbox`) is for development only and
+    the scorecard says so."""
 
-    user: str | None = None
-    no_network: bool = False
+    enabled: bool = True
+    # The sandbox's user and group. None: 65534 (nobody) when the bot runs as root; otherwise the bot's
+    # own ids, mapped by bwrap's user namespace.
+    uid: int | None = None
+    gid: int | None = None
+    tmp_size_mb: int = 1024  # the private /tmp: a tmpfs of this size, discarded with the sandbox
+    memory_max_mb: int | None = None  # cgroup v2 memory.max of each sandbox, where the box delegates it
+    pids_max: int = 512  # cgroup pids.max of each sandbox, where the box has the pids controller
+    gpu: Literal["auto", "on", "off"] = "auto"  # bind the NVIDIA device nodes; auto: when /dev/nvidia0 exists
+    extra_ro_binds: list[str] = Field(default_factory=list)  # more host paths, read-only: "PATH" or "SRC:DEST"
+
+    @field_validator("uid", "gid")
+    @classmethod
+    def _an_id(cls, v: int | None) -> int | None:
+        if v is not None and not 0 <= v < 2**32 - 1:
+            raise ValueError("must be a uid/gid (0 .. 4294967294)")
+        return v
+
+    @field_validator("tmp_size_mb", "pids_max")
+    @classmethod
+    def _positive_size(cls, v: int) -> int:
+        if v < 1:
+            raise ValueError("must be at least 1")
+        return v
+
+    @field_validator("memory_max_mb")
+    @classmethod
+    def _positive_memory(cls, v: int | None) -> int | None:
+        if v is not None and v < 64:
+            raise ValueError("must be at least 64 (MiB) or unset")
+        return v
+
+    @field_validator("extra_ro_binds")
+    @classmethod
+    def _absolute_binds(cls, v: list[str]) -> list[str]:
+        for bind in v:
+            if any(not part.startswith("/") for part in bind.split(":", 1)):
+                raise ValueError(f"must be absolute paths (PATH or SRC:DEST), got {bind!r}")
+        return v
