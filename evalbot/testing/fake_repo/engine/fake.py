@@ -5,7 +5,6 @@ or remembering by changing one file."""
 
 import json
 import os
-import threading
 import time
 from pathlib import Path
 
@@ -28,7 +27,7 @@ KNOBS = {
     "stdout_noise": False,  # print to stdout while loading (the server points fd 1 at stderr)
     "forge_fds": False,     # after each answer, write a forged answer line to every other pipe it has
     "memo": False,          # remember answers by the prompt's last 16 tokens and return them at once
-    "spin": False,          # a background thread that keeps a core busy, frozen or not
+    "spin": False,          # a process of its own (setsid) that keeps a core busy, frozen or not
     "wrong_count": False,   # return one token fewer than asked for
     "instant": False,       # never sleep: answers faster than the work could take
     "slow_few_ms": 0.0,     # sleep this long for requests of one token (prefill-only requests)
@@ -45,10 +44,11 @@ if KNOBS["stdout_noise"]:
     print("loading model weights ...", flush=True)
     os.write(1, b"{\"schema\": \"dspark-harness/2\", \"kind\": \"generation\", \"id\": 2}\n")
 if KNOBS["spin"]:
-    def _spin():
-        while True:
-            pass
-    threading.Thread(target=_spin, daemon=True).start()
+    # out of the server's process group and session, so that stopping the group would miss it
+    import subprocess
+    import sys
+    subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True,
+                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 CALLS: dict = {}
