@@ -160,10 +160,11 @@ def test_no_hook_planted_in_the_checkout_runs_during_any_bot_git_call(repo, tmp_
     main = gitops.resolve(repo.path, "main")
     patterns = gitops.read_manifest(repo.path, main, "harness/HARNESS_PATHS")
     gitops.harness_changes(repo.path, main, head, patterns)
-    with gitops.worktree(repo.path, head, tmp_path, "wt") as wt:
-        gitops.overlay_harness(repo.path, wt, main, patterns)
-        gitops.git(wt, "status", "--porcelain")
-        gitops.git(wt, "-c", "user.name=x", "-c", "user.email=x@x", "commit", "-qam", "in a worktree", check=False)
+    wt = tmp_path / "wt"
+    gitops.git(repo.path, "worktree", "add", "--detach", str(wt), head)
+    gitops.git(wt, "status", "--porcelain")
+    gitops.git(wt, "-c", "user.name=x", "-c", "user.email=x@x", "commit", "-qam", "in a worktree", check=False)
+    gitops.git(repo.path, "worktree", "remove", "--force", str(wt))
     export_tree(repo.path, head, tmp_path / "export", harness_rev=main, patterns=patterns)
     gitops.git(repo.path, "gc", "--auto")
     gitops.git(repo.path, "update-ref", "refs/heads/moved", head)

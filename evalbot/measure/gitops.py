@@ -252,21 +252,7 @@ def harness_changes(repo: Path, base_sha: str, head_sha: str, patterns: Sequence
 
 
 # ---------------------------------------------------------------------------------------------
-# Worktrees and the overlay
-
-
-@contextmanager
-def worktree(repo: Path, sha: str, parent: Path, name: str) -> Iterator[Path]:
-    """A detached worktree of `sha` at parent/name, removed afterwards whatever happened."""
-    path = parent / name
-    git(repo, "worktree", "add", "--detach", "--force", str(path), sha)
-    try:
-        yield path
-    finally:
-        git(repo, "worktree", "remove", "--force", str(path), check=False)
-        if path.exists():
-            shutil.rmtree(path, ignore_errors=True)
-        git(repo, "worktree", "prune", check=False)
+# Scratch space
 
 
 @contextmanager
@@ -276,60 +262,6 @@ def scratch_dir(prefix: str = "evalbot-") -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
-
-
-def _blob_id(path: Path, object_format: str) -> str:
-    data = path.read_bytes()
-    return hashlib.new(object_format, b"blob %d\0" % len(data) + data).hexdigest()
-
-
-def object_format(repo: Path) -> str:
-    fmt = git(repo, "rev-parse", "--show-object-format", check=False).strip()
-    return fmt if fmt in ("sha1", "sha256") else "sha1"
-
-
-def overlay_harness(repo: Path, worktree_path: Path, harness_sha: str, patterns: Sequence[str]) -> str:
-    """Make the worktree's harness exactly the one at `harness_sha`; return its tree digest.
-
-    Files the manifest covers are checked out from `harness_sha`; covered files the worktree has
-    but the harness tip does not are deleted. Then every covered file is hashed and compared:
-    any difference raises HarnessPinError.
-    """
-    wanted = harness_entries(repo, harness_sha, patterns)
-    if not wanted:
-        raise HarnessPinError(f"cannot pin the harness: HARNESS_PATHS matches no file at {harness_sha[:12]}")
-    try:
-        paths = [e.path for e in wanted]
-        for i in range(0, len(paths), 200):
-            git(worktree_path, "checkout", harness_sha, "--", *paths[i : i + 200])
-        wanted_paths = set(paths)
-        tracked = git(worktree_path, "ls-files", "-z").split("\0")
-        stale = [p for p in tracked if p and matches_any(p, patterns) and p not in wanted_paths]
-        for i in range(0, len(stale), 200):
-            git(worktree_path, "rm", "-q", "-f", "--", *stale[i : i + 200])
-    except Exception as e:  # noqa: BLE001 - any failure here is a failed pin, said loudly
-        raise HarnessPinError(f"cannot pin the harness from {harness_sha[:12]} into {worktree_path.name}: {e}") from None
-    return verify_overlay(worktree_path, wanted, patterns, object_format(repo))
-
-
-def verify_overlay(
-    worktree_path: Path, wanted: Sequence[TreeEntry], patterns: Sequence[str], fmt: str = "sha1"
-) -> str:
-    """Every covered file equals the pinned blob, and no other covered file exists."""
-    for e in wanted:
-        f = worktree_path / e.path
-        if not (f.is_file() or f.is_symlink()):
-            raise HarnessPinError(f"harness pin failed: {e.path} is missing in {worktree_path.name}")
-        if e.mode != "120000" and _blob_id(f, fmt) != e.blob:
-            raise HarnessPinError(f"harness pin failed: {e.path} in {worktree_path.name} differs from the base tip")
-    wanted_paths = {e.path for e in wanted}
-    for root, dirs, files in os.walk(worktree_path):
-        dirs[:] = [d for d in dirs if d not in (".git", "__pycache__")]
-        for name in files:
-            rel = Path(root, name).relative_to(worktree_path).as_posix()
-            if rel not in wanted_paths and matches_any(rel, patterns) and not rel.endswith(".pyc"):
-                raise HarnessPinError(f"harness pin failed: {rel} in {worktree_path.name} is not part of the base tip's harness")
-    return tree_digest(wanted)
 
 
 # ---------------------------------------------------------------------------------------------
