@@ -98,6 +98,7 @@ def score_refs(
     settings = settings or load_settings(repo)
     profile = profile_for(settings, profile)
     settings.profile_settings(profile)  # an unknown profile fails now
+    check_rounds(rounds, settings.thresholds.min_verified_streams)
     key = load_signing_key(settings)  # a broken key fails now, before any PR code runs
     state_dir = state_dir_for(repo)
     pinned = pin_harness(repo, base, head, settings, harness_ref)
@@ -136,6 +137,14 @@ def score_refs(
     return _finish(outcome, settings, state_dir, key)
 
 
+def check_rounds(rounds: int | None, least: int = 1) -> None:
+    """A fixed number of rounds must be able to decide: a score re-verifies one DSpark stream per cell
+    and round with main's engine and needs `least` of them (thresholds.min_verified_streams)."""
+    if rounds is not None and rounds < least:
+        why = f": each cell needs {least} DSpark streams re-verified by main's engine, one per round" if least > 1 else ""
+        raise EvalbotError(f"--rounds must be at least {least}{why}")
+
+
 # ---------------------------------------------------------------------------------------------
 # Calibration (A/A)
 
@@ -158,6 +167,7 @@ def calibrate(
     settings = settings or load_settings(repo)
     profile = profile_for(settings, profile)
     settings.profile_settings(profile)
+    check_rounds(rounds)
     pinned = pin_harness(repo, base, base, settings, harness_ref)
     engine = gitops.code_digest(repo, pinned.base_sha)
     return _calibrate(repo, pinned, settings, profile, engine, state_dir_for(repo), progress, environ, budget_s, rounds)

@@ -13,13 +13,11 @@ from evalbot.forge.local import LocalForge
 from evalbot.measure import gitops
 from evalbot.report.receipt import verify_file
 from evalbot.settings import Settings
-from evalbot.testing import make_fake_repo
+from evalbot.testing import FAKE_PROFILE, make_fake_repo
 
 FAST = {"dspark_speed": 3.0}  # main's fake DSpark runs at 1.5
 ROUNDS = 4  # one round per pairing of the two processes per ref
-TINY = {"contexts": [32], "new_tokens": 8, "processes": 2, "accuracy_positions": 16, "accuracy_ctx": 48,
-        "guards": [{"name": "fake-guard", "ctx": 64, "new_tokens": 4}], "budget_s": 60, "request_timeout_s": 20,
-        "startup_timeout_s": 120}
+TINY = FAKE_PROFILE
 
 
 def settings(**kw) -> Settings:

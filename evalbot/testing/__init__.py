@@ -7,6 +7,6 @@ docs/harness.md) over the fake engine, so everything the bot does with a harness
 seconds and without a model.
 """
 
-from evalbot.testing.fakerepo import FakeRepo, make_fake_repo
+from evalbot.testing.fakerepo import FAKE_PROFILE, FakeRepo, fake_config_toml, make_fake_repo
 
-__all__ = ["FakeRepo", "make_fake_repo"]
+__all__ = ["FAKE_PROFILE", "FakeRepo", "fake_config_toml", "make_fake_repo"]
