@@ -31,6 +31,8 @@ KNOBS = {
     "wrong_count": False,   # return one token fewer than asked for
     "instant": False,       # never sleep: answers faster than the work could take
     "slow_few_ms": 0.0,     # sleep this long for requests of one token (prefill-only requests)
+    "secret_probe": "",     # look for this text in its environment, every /proc/*/environ and cmdline it can
+                            # read, and the files under $HOME and /tmp; found: exit naming where
     "drafter": "d1",
 }
 KNOBS.update(json.loads((ROOT / "knobs.json").read_text()))
@@ -43,6 +45,22 @@ VOCAB = 49152  # the bundled tokenizer's: the bot cuts windows with it
 if KNOBS["stdout_noise"]:
     print("loading model weights ...", flush=True)
     os.write(1, b"{\"schema\": \"dspark-harness/2\", \"kind\": \"generation\", \"id\": 2}\n")
+if KNOBS["secret_probe"]:
+    import glob
+    needle = KNOBS["secret_probe"]
+    places = [("os.environ", "\n".join(f"{k}={v}" for k, v in os.environ.items()).encode())]
+    for path in glob.glob("/proc/[0-9]*/environ") + glob.glob("/proc/[0-9]*/cmdline") + \
+            glob.glob(os.path.expanduser("~/**"), recursive=True)[:2000] + glob.glob("/tmp/**", recursive=True)[:2000]:
+        try:
+            with open(path, "rb") as f:
+                places.append((path, f.read(1 << 20)))
+        except OSError:
+            pass
+    for where, data in places:
+        if needle.encode() in data:
+            print(f"secret_probe: found the secret in {where}", file=os.sys.stderr, flush=True)
+            os._exit(3)
+
 if KNOBS["spin"]:
     # out of the server's process group and session, so that stopping the group would miss it
     import subprocess
