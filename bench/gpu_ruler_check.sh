@@ -68,7 +68,8 @@ tools() {
 }
 
 calibrate() {
-  (cd "$SCR" && timed calibrate python3 -m evalbot calibrate --repo . --base main --profile gpu --no-progress)
+  (cd "$SCR" && timed calibrate python3 -m evalbot calibrate --repo . --base main --profile gpu --no-progress \
+      ${BUDGET:+--budget "$BUDGET"})
   cp "$SCR/.evalbot/noise-floor.json" "$OUT/" 2>/dev/null || true
 }
 
