@@ -45,7 +45,12 @@ def main() -> None:
     ap.add_argument("--new", type=int, default=128)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--loops", default="host,device")
+    ap.add_argument("--alternate", action="store_true",
+                    help="instead: requests cycling through the contexts, as the bot sends them, timed end to end, "
+                         "with one session kept (the old engine) and with the default number")
     a = ap.parse_args()
+    if a.alternate:
+        return alternate(a)
     loops = [x.strip() for x in a.loops.split(",") if x.strip()]
     e = Engine(loaded=random_model(), device="cuda")
     files = random_drafter(e, seed=0)
@@ -87,6 +92,32 @@ def main() -> None:
                 1e6 * statistics.median(r.decode_s for r in runs) / runs[0].stats["target_forwards"]
             )
         print(json.dumps(row), flush=True)
+
+
+def alternate(a) -> None:
+    import time
+
+    from engine.generate import MAX_SESSIONS
+
+    e = Engine(loaded=random_model(), device="cuda")
+    use_drafter(e, random_drafter(e, seed=0), SpecOptions())
+    ctxs = [int(c) for c in a.contexts.split(",")]
+    prompts = {c: random_ids(c, e.config.vocab_size, seed=c) for c in ctxs}
+    for kept in (1, MAX_SESSIONS):
+        e.max_sessions, e._session = kept, None
+        for c in ctxs:  # warm-up: every size once, both modes
+            e.generate(prompts[c], a.new, stop_at_eos=False)
+            e.generate(prompts[c], a.new, dspark=True, stop_at_eos=False)
+        wall: dict[str, list[float]] = {}
+        for _ in range(a.reps):
+            for c in ctxs:
+                for mode in ("ar", "dspark"):
+                    t0 = time.perf_counter()
+                    e.generate(prompts[c], a.new, dspark=mode == "dspark", stop_at_eos=False)
+                    e.sync()
+                    wall.setdefault(f"{mode}@{c}", []).append(time.perf_counter() - t0)
+        print(json.dumps({"sessions_kept": kept, "new_tokens": a.new,
+                          "median_wall_s": {k: statistics.median(v) for k, v in wall.items()}}), flush=True)
 
 
 if __name__ == "__main__":

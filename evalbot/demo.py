@@ -248,7 +248,7 @@ def run_demo(
     examples = load_examples(examples_dir or repo / EXAMPLES_DIR, only)
     profile = profile_for(settings, profile)
     settings.profile_settings(profile)  # an unknown profile fails now
-    pipeline.check_rounds(rounds, settings.thresholds.min_verified_streams)
+    pipeline.check_rounds(rounds, settings.thresholds.min_verified_streams, settings.profile_settings(profile).processes)
     for ex in examples:  # a stale patch fails now, before the clone
         apply_example(repo, "HEAD", ex, commit=False)
     scratch, temporary = _prepare_dir(work_dir)

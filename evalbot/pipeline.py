@@ -97,8 +97,8 @@ def score_refs(
     repo = gitops.repo_root(repo)
     settings = settings or load_settings(repo)
     profile = profile_for(settings, profile)
-    settings.profile_settings(profile)  # an unknown profile fails now
-    check_rounds(rounds, settings.thresholds.min_verified_streams)
+    prof = settings.profile_settings(profile)  # an unknown profile fails now
+    check_rounds(rounds, settings.thresholds.min_verified_streams, prof.processes)
     key = load_signing_key(settings)  # a broken key fails now, before any PR code runs
     state_dir = state_dir_for(repo)
     pinned = pin_harness(repo, base, head, settings, harness_ref)
@@ -137,12 +137,18 @@ def score_refs(
     return _finish(outcome, settings, state_dir, key)
 
 
-def check_rounds(rounds: int | None, least: int = 1) -> None:
-    """A fixed number of rounds must be able to decide: a score re-verifies one DSpark stream per cell
-    and round with main's engine and needs `least` of them (thresholds.min_verified_streams)."""
+def check_rounds(rounds: int | None, streams: int = 1, processes: int = 1) -> None:
+    """A fixed number of rounds must be able to decide: every pairing of the profile's processes measured
+    once (a tier or a floor needs them all), and for a score `streams` re-verified DSpark streams per cell
+    (thresholds.min_verified_streams), one per round."""
+    least = max(streams, processes * processes, 1)
     if rounds is not None and rounds < least:
-        why = f": each cell needs {least} DSpark streams re-verified by main's engine, one per round" if least > 1 else ""
-        raise EvalbotError(f"--rounds must be at least {least}{why}")
+        why = []
+        if processes > 1:
+            why.append(f"every pairing of the {processes} processes per ref is measured once")
+        if streams > 1:
+            why.append(f"each cell needs {streams} DSpark streams re-verified by main's engine")
+        raise EvalbotError(f"--rounds must be at least {least}" + (f": {'; '.join(why)}" if why else ""))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -166,8 +172,7 @@ def calibrate(
     repo = gitops.repo_root(repo)
     settings = settings or load_settings(repo)
     profile = profile_for(settings, profile)
-    settings.profile_settings(profile)
-    check_rounds(rounds)
+    check_rounds(rounds, 1, settings.profile_settings(profile).processes)
     pinned = pin_harness(repo, base, base, settings, harness_ref)
     engine = gitops.code_digest(repo, pinned.base_sha)
     return _calibrate(repo, pinned, settings, profile, engine, state_dir_for(repo), progress, environ, budget_s, rounds)

@@ -124,7 +124,7 @@ def test_cli_registers_demo(capsys):
     assert cli.main(["demo", "--repo", str(REPO), "--only", "nope"]) == cli.EXIT_USAGE
     assert "error: no example 'nope'" in capsys.readouterr().err
     assert cli.main(["demo", "--repo", str(REPO), "--profile", "cpu", "--rounds", "0"]) == cli.EXIT_USAGE
-    assert "error: --rounds must be at least 3" in capsys.readouterr().err
+    assert "error: --rounds must be at least 4" in capsys.readouterr().err
 
 
 # -- end to end ----------------------------------------------------------------------------------

@@ -220,3 +220,20 @@ def test_bundled_drafter_fits_the_size_budget():
     f = BUNDLED_DRAFTER / "drafter.safetensors"
     assert f.is_file(), "the shipped drafter must be in the repository"
     assert f.stat().st_size <= 10 * 1024 * 1024
+
+
+def test_alternating_context_sizes_reuse_their_sessions(engine):
+    """The bot sends windows of several lengths in turn: each length's session (KV cache, captured graphs)
+    is kept and reused, not rebuilt on every switch; the oldest goes when more sizes are in use."""
+    engine._session = None
+    short, long = engine.session(100, 8), engine.session(2000, 8)
+    assert short is not long and engine.session(100, 8) is short and engine.session(2000, 8) is long
+    assert engine._session is long
+    old, engine.max_sessions = engine.max_sessions, 2
+    try:
+        third = engine.session(1000, 8)  # a third size: the least recently used (short) goes
+        assert engine.session(2000, 8) is long and engine.session(1000, 8) is third
+        assert engine.session(100, 8) is not short
+    finally:
+        engine.max_sessions = old
+        engine._session = None

@@ -42,7 +42,7 @@ def test_score_json(repo, capsys):
 
 
 def test_score_markdown_and_exit_codes(repo, capsys):
-    code, out, _ = run(capsys, "score", "--repo", str(repo.path), "--no-calibrate", "--base", "main", "--head", "fast", "--rounds", "3")
+    code, out, _ = run(capsys, "score", "--repo", str(repo.path), "--no-calibrate", "--base", "main", "--head", "fast", "--rounds", "4")
     assert code == 0 and out.startswith("<!-- dspark-evalbot:scorecard v=2 head=")
     assert "receipt: " in out
     repo.branch("lossy", knobs={"lossy_every": 1})
@@ -64,7 +64,7 @@ def test_score_markdown_and_exit_codes(repo, capsys):
         (["score", "--base", "main", "--head", "nope"], "error: cannot resolve 'nope'"),
         (["score", "--base", "main"], "error: --base and --head are required"),
         (["score", "--base", "main", "--head", "fast", "--profile", "tpu"], "error: argument --profile: invalid choice"),
-        (["score", "--base", "main", "--head", "fast", "--rounds", "0"], "error: --rounds must be at least 3"),
+        (["score", "--base", "main", "--head", "fast", "--rounds", "0"], "error: --rounds must be at least 4"),
         (["score", "--pr", "7"], "error: no local PR #7"),
         (["frobnicate"], "error: argument COMMAND: invalid choice"),
         (["receipt", "verify", "missing.json", "--key", "missing.pub"], "error: cannot read public key"),
@@ -126,7 +126,7 @@ def test_local_pr_flow_and_status(repo, capsys):
 
 
 def test_calibrate_command(repo, capsys):
-    code, out, err = run(capsys, "calibrate", "--repo", str(repo.path), "--rounds", "2")
+    code, out, err = run(capsys, "calibrate", "--repo", str(repo.path), "--rounds", "4")
     assert code == 0, err
     assert "Noise floor for box `cli-box`, profile `cpu`" in out
     code, out, _ = run(capsys, "status", "--repo", str(repo.path))

@@ -32,7 +32,7 @@ def scored() -> ScoreOutcome:
     noise = b.noise(0.006, calibrated=True, ar_decode=0.004, rounds=6, measured_at="2026-02-28T09:00:00Z")
     speedups = [1.097, 1.091, 1.102, 1.088, 1.095, 1.099]
     m = b.measurements(
-        speedups,
+        speedups, groups=[0, 1, 2, 3, 0, 1], processes_per_ref=2,
         cells=[
             b.cell(corpus="code", ctx=4096, speedups=speedups, ar_ratios=[0.999, 0.998, 1.0, 1.0, 1.001, 0.999],
                    main_dspark=1340.2, main_ar=1133.0, pr_tau=2.41, main_tau=2.41),

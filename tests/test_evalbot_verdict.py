@@ -107,6 +107,19 @@ def test_rounds_of_one_pairing_count_as_one_sample_of_process_variance():
     assert clustered.ci_high_pct - clustered.ci_low_pct >= independent.ci_high_pct - independent.ci_low_pct
 
 
+def test_no_tier_before_every_process_pairing_was_measured():
+    """The budget ran out after four rounds over four of nine pairings: a big, tight-looking speedup
+    is still no tier (process-to-process variance has not been sampled), and the reason says why."""
+    m = b.measurements([1.08, 1.07, 1.09, 1.08], groups=[0, 1, 2, 3], processes_per_ref=3, noise_floor=b.noise(0.005))
+    m = m.model_copy(update={"stop": m.stop.model_copy(update={"reason": "budget"})})
+    v = decide(m, S)
+    assert v.status == "scored" and v.tier == "none"
+    assert "undecided: the budget ended after 4 rounds over 4 of the 9 process pairings" in v.reason
+    full = b.measurements([1.08, 1.07, 1.09, 1.08, 1.08, 1.07, 1.09, 1.08, 1.08], groups=list(range(9)),
+                          processes_per_ref=3, noise_floor=b.noise(0.005))
+    assert decide(full, S).tier == "M"
+
+
 def test_aa_never_rejects_and_never_wins_a_tier():
     rng = random.Random(11)
     for _ in range(200):

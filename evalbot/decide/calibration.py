@@ -22,6 +22,10 @@ def noise_from_aa(records: Records, *, box: str, profile: str, engine: str, base
     pre = [median(g.prefill_ratios) for g in m.guards if g.prefill_ratios]
     if not (m.speedup_rounds and ar):
         raise EvalbotError("calibration produced no paired measurements")
+    pairings, seen = m.processes_per_ref ** 2, len(set(m.speedup_groups))
+    if seen < pairings:  # a floor that has not seen every pairing understates the noise a score meets
+        raise EvalbotError(f"calibration incomplete: {len(m.speedup_rounds)} rounds covered {seen} of the {pairings} "
+                           "process pairings before the budget ran out; give it more time (--budget)")
 
     def floor(values: list[float]) -> float:
         return max(minimum, margin * max((abs(v - 1.0) for v in values), default=0.0))

@@ -132,9 +132,19 @@ def decide(m: Measurements, settings: ScoringSettings) -> Verdict:
     tier = tier_for(
         speedup.pct if speedup else None, ci, m.noise.dspark_decode * 100, settings.tiers  # type: ignore[arg-type]
     )
+    reason = _scored_reason(tier, speedup, settings)
+    pairings, seen = m.processes_per_ref ** 2, len(set(m.speedup_groups))
+    if tier != settings.tiers.none_name and seen < pairings:
+        # A process can be faster or slower than its siblings for the whole run: an interval over fewer
+        # pairings than exist has not sampled that variance, and it reads narrower than it is.
+        tier = settings.tiers.none_name
+        why = f"the {m.stop.reason}" if m.stop is not None and m.stop.reason != "decided" else "the run"
+        reason = (f"undecided: {why} ended after {len(m.speedup_rounds)} rounds over {seen} of the {pairings} process "
+                  f"pairings; no tier before every pairing is measured (DSpark {_fmt_pct(speedup.pct)} so far; "
+                  "a larger budget or /rescore decides)")  # type: ignore[union-attr]
     return Verdict(
-        status="scored", tier=tier, labels=settings.tiers.labels_for(tier),
-        reason=_scored_reason(tier, speedup, settings), gates=gates, speedup=speedup,
+        status="scored", tier=tier, labels=settings.tiers.labels_for(tier), reason=reason, gates=gates,
+        speedup=speedup,
     )
 
 

@@ -60,17 +60,19 @@ def guard(name: str = "qwen3-0.6b-shape", *, generation: list[float] | None = No
 def measurements(
     speedups: list[float] | None = None, *, cells: list[CellSummary] | None = None, groups: list[int] | None = None,
     guards: list[GuardSummary] | None = None, accuracy_summary: AccuracySummary | None | str = "default",
-    noise_floor: NoiseFloor | None = None, **overrides: Any,
+    noise_floor: NoiseFloor | None = None, processes_per_ref: int = 1, **overrides: Any,
 ) -> Measurements:
-    """A passing-everything measurement set whose DSpark speedup per round is `speedups`."""
+    """A passing-everything measurement set whose DSpark speedup per round is `speedups`. One process per
+    ref unless asked (then every round is a pairing of its own: `groups` says which)."""
     speedups = [1.0, 1.0, 1.0] if speedups is None else speedups
     groups = list(range(len(speedups))) if groups is None else groups
     if cells is None:
         cells = [cell(speedups=speedups)]
     m = Measurements(
-        profile="gpu", rounds=len(speedups), processes_per_ref=3, cells=cells,
+        profile="gpu", rounds=len(speedups), processes_per_ref=processes_per_ref, cells=cells,
         guards=[guard("qwen3-0.6b-shape"), guard("llama-3.2-1b-shape")] if guards is None else guards,
-        round_summaries=[RoundSummary(round=i, pairing=g, main_process=g % 3, pr_process=g % 3, dspark_ratio=r)
+        round_summaries=[RoundSummary(round=i, pairing=g, main_process=g % processes_per_ref,
+                                      pr_process=g // processes_per_ref % processes_per_ref, dspark_ratio=r)
                          for i, (r, g) in enumerate(zip(speedups, groups))],
         speedup_rounds=speedups, speedup_groups=groups,
         accuracy=accuracy() if accuracy_summary == "default" else accuracy_summary,  # type: ignore[arg-type]
