@@ -14,6 +14,7 @@ STAGES = [
     ("evalbot.settings",),  # the one settings tree and the tier vocabulary
     ("evalbot.decide",),  # pure: records in, verdict out
     ("evalbot.measure",),  # git, checkout + overlay, harness subprocesses
+    ("evalbot.history",),  # every scoring and calibration, in a small stable schema (store + adapter)
     ("evalbot.report",),  # every rendered text, receipts
     ("evalbot.forge",),  # the Protocol and its adapters
     ("evalbot.pipeline", "evalbot.examples"),  # one score, end to end

@@ -1,13 +1,19 @@
-"""`evalbot serve [--host H] [--port P]`: run the webhook app under uvicorn."""
+"""`evalbot serve [--host H] [--port P]`: run the webhook app (and the dashboard, /metrics) under uvicorn,
+with time limits on slow clients (`protocol`) and JSON logs (`evalbot.bot.logs`)."""
 
 from __future__ import annotations
 
 import argparse
-import logging
+import resource
 import sys
 
 from evalbot.errors import ConfigError
 from evalbot.settings import load_settings
+
+FD_RESERVE = 96  # descriptors kept for the ledger, the queue, the history, logging and an accept burst
+# asyncio accepts up to `backlog` connections in one go before any of them is looked at: a small batch
+# keeps that burst inside FD_RESERVE, so a flood of connections never runs the process out of descriptors.
+ACCEPT_BACKLOG = FD_RESERVE // 3
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -16,11 +22,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
 
 
+def connection_limit(configured: int) -> int:
+    """At most `configured` connections, and never so many that the process runs out of descriptors."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return configured
+    return max(8, min(configured, soft - FD_RESERVE))
+
+
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from evalbot.bot.jobs.queue import JobQueue
+    from evalbot.bot.logs import configure_logging
+    from evalbot.bot.metrics import ServiceMetrics
     from evalbot.bot.webhook.app import create_app
+    from evalbot.bot.webhook.protocol import guarded_protocol
+    from evalbot.history.store import open_history
 
     try:
         settings = load_settings()
@@ -31,14 +49,21 @@ def run(args: argparse.Namespace) -> int:
     if not 0 < args.port < 65536:
         print(f"evalbot serve: --port must be 1..65535, got {args.port}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    app = create_app(settings, JobQueue.from_settings(settings))
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, proxy_headers=True)
+    configure_logging(args.log_level, settings.log_format)
+    queue = JobQueue.from_settings(settings, busy_timeout=settings.ledger_busy_seconds)
+    history = open_history(settings.redis_url, settings.history_path, busy_timeout=settings.ledger_busy_seconds)
+    metrics = ServiceMetrics(queue.ledger, queue.pending_count)
+    app = create_app(settings, queue, history=history, metrics=metrics)
+    protocol = guarded_protocol(settings.client_timeout_seconds, connection_limit(settings.max_connections),
+                                lambda reason: metrics.connections_closed.labels(reason=reason).inc())
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, proxy_headers=True, http=protocol,
+                log_config=None, timeout_keep_alive=5, timeout_graceful_shutdown=5, backlog=ACCEPT_BACKLOG)
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="evalbot serve", description="Receive GitHub webhooks and queue scoring work.")
+    parser = argparse.ArgumentParser(prog="evalbot serve", description="Receive GitHub webhooks and queue scoring work; "
+                                     "serve the dashboard and /metrics.")
     add_arguments(parser)
     return run(parser.parse_args(argv))
 
