@@ -148,13 +148,13 @@ def test_demo_harness_edit_end_to_end(tmp_path, capsys):
     assert git("remote").strip() == ""
     assert git("diff", "--name-only", "main", "demo/04-harness-edit").split() == ["harness/prompts/prose.txt"]
 
-    # what the local forge holds: the PR, no labels, a neutral check, the scorecard, the receipt
+    # what the local forge holds: the PR, no labels, a check that blocks (action_required), the scorecard, the receipt
     forge = LocalForge(scratch)
     (pull,) = forge.list_pulls()
     assert (pull.head_ref, pull.base_ref, pull.state, pull.labels) == ("demo/04-harness-edit", "main", "open", [])
     assert pull.title == "Harness: a simpler prose prompt"
     (check,) = forge.checks(pull.head_sha)
-    assert (check["status"], check["conclusion"]) == ("completed", "neutral")
+    assert (check["status"], check["conclusion"]) == ("completed", "action_required")
     assert check["title"] == "DSpark eval: not evaluated (harness changed)"
     (comment,) = forge.comments(pull.number)
     assert "not evaluated: harness changed" in comment["body"] and "`harness/prompts/prose.txt`" in comment["body"]
