@@ -44,6 +44,8 @@ from evalbot.examples import (
 )
 from evalbot.forge.base import CHECK_NAME
 from evalbot.forge.local import LocalForge
+from evalbot.history.adapter import record_scoring
+from evalbot.history.store import local_history
 from evalbot.measure import gitops
 from evalbot.measure.device import profile_for
 from evalbot.measure.harness_runner import NullProgress, ProgressSink
@@ -203,6 +205,7 @@ def score_examples(
     # first (A/A, main against itself) — only if some example is going to be measured at all.
     calibrating = calibrate and not noise.calibrated and any(is_measured(scratch, ex, settings) for ex in examples)
     forge = LocalForge(scratch)
+    history = local_history(state_dir, settings.history_db)  # `evalbot dashboard --repo <scratch clone>` shows it
     report = DemoReport(repo, source_sha, scratch, profile, noise, [])
     texts = settings.templates_dir
     say.write(render("demo_start.txt.j2", templates=texts, report=report, examples=examples, noise_row=noise_text(noise),
@@ -237,6 +240,7 @@ def score_examples(
             if factory is not None:
                 factory.close_all()
         published = pipeline.publish(outcome, forge, pull.number, settings, check_id=check_id)
+        record_scoring(history, outcome, repo=str(scratch), receipt_ref=published.receipt_ref)  # and its A/A floor
         result = ExampleResult(ex, i, len(examples), pull.number, outcome, published, time.perf_counter() - t0,
                                verdict_matches(ex, outcome, settings))
         report.results.append(result)

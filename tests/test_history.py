@@ -11,7 +11,7 @@ import pytest
 from evalbot.decide.noise import NoiseFloor
 from evalbot.decide.outcome import ReceiptInfo, ScoreOutcome
 from evalbot.decide.verdict import decide, not_evaluated_harness_changed
-from evalbot.history.adapter import calibration_entry, history_entry
+from evalbot.history.adapter import calibration_entry, history_entry, noise_floor_entry, record_scoring
 from evalbot.history.schema import CellFigures, HistoryEntry
 from evalbot.history.store import RedisHistory, SqliteHistory, recorded
 from evalbot.report import charts, dashboard
@@ -75,6 +75,24 @@ def test_calibration_entry():
     e = calibration_entry(floor, repo="octo/dspark")
     assert (e.kind, e.status, e.base_sha, e.head_sha, e.finished_at) == ("calibration", "calibrated", MAIN[1], MAIN[1], floor.measured_at)
     assert e.noise == {"dspark_decode": 0.03, "ar_decode": 0.01, "guard_decode": 0.02, "guard_prefill": 0.02, "tau_check_wall": 0.05}
+
+
+def test_a_scoring_records_the_calibration_it_gated_with_once(tmp_path):
+    floor = NoiseFloor(box="h200-a", profile="gpu", calibrated=True, dspark_decode=0.03, ar_decode=0.01, guard_decode=0.02,
+                       guard_prefill=0.02, tau_check_wall=0.05, rounds=3, base_sha=MAIN[0], measured_at="2026-11-30T08:00:00Z")
+    m = b.measurements([1.08, 1.09, 1.07], noise_floor=floor)
+    store = SqliteHistory(tmp_path / "h.sqlite3")
+    record_scoring(store, _outcome(decide(m, b.settings()), m), repo="octo/dspark")
+    record_scoring(store, _outcome(decide(m, b.settings()), m).model_copy(update={"head_sha": "e5" * 20}), repo="octo/dspark")
+    (calibration,) = store.entries(kind="calibration")  # two scorings, one calibration
+    assert calibration.finished_at == floor.measured_at and calibration.noise["dspark_decode"] == 0.03
+    assert len(store.entries(kind="score")) == 2
+
+
+def test_the_default_floor_is_no_calibration():
+    m = b.measurements([1.08, 1.09, 1.07], noise_floor=b.noise(0.02))
+    assert noise_floor_entry(_outcome(decide(m, b.settings()), m)) is None
+    assert noise_floor_entry(_outcome(not_evaluated_harness_changed(["harness/x.py"]))) is None
 
 
 # -- the stores ------------------------------------------------------------------------------------------------

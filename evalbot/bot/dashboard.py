@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 from pathlib import Path
 
 from starlette.concurrency import run_in_threadpool
@@ -93,3 +94,23 @@ def dashboard_app(history: HistoryStore, *, repo: str | None, templates: Path | 
     routes += [Route("/", lambda request: RedirectResponse("/dashboard"), methods=["GET"]),
                Route("/healthz", healthz, methods=["GET"])]
     return Starlette(routes=routes)
+
+
+def serve_dashboard(history: HistoryStore, *, host: str, port: int, templates: Path | None = None,
+                    repo: str | None = None) -> int:
+    """`evalbot dashboard`: the same pages as `evalbot serve`, for a local history, until Ctrl-C."""
+    import uvicorn
+
+    from evalbot.errors import EvalbotError
+
+    if not 0 < port < 65536:
+        raise EvalbotError(f"--port must be 1..65535, got {port}")
+    try:  # bound here, so a taken port is one line (uvicorn would log and exit 1)
+        sock = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+    except (OSError, OverflowError) as exc:
+        raise EvalbotError(f"cannot listen on {host}:{port}: {getattr(exc, 'strerror', None) or exc}") from None
+    print(f"dashboard: http://{host}:{port}/dashboard ({len(history.entries())} entries; Ctrl-C stops)", flush=True)
+    config = uvicorn.Config(dashboard_app(history, repo=repo, templates=templates), log_level="warning", timeout_keep_alive=5)
+    with sock:
+        uvicorn.Server(config).run(sockets=[sock])
+    return 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 from evalbot.decide.noise import NoiseFloor
 from evalbot.decide.outcome import ScoreOutcome
 from evalbot.history.schema import CellFigures, HistoryEntry
+from evalbot.history.store import HistoryStore, recorded
 
 NOISE_METRICS = ("dspark_decode", "ar_decode", "guard_decode", "guard_prefill", "tau_check_wall")
 
@@ -47,3 +48,20 @@ def calibration_entry(floor: NoiseFloor, *, repo: str, started_at: str = "") -> 
         finished_at=floor.measured_at, status="calibrated",
         reason=f"A/A calibration, {floor.rounds} rounds", noise=_noise(floor),
     )
+
+
+def noise_floor_entry(outcome: ScoreOutcome, *, repo: str | None = None) -> HistoryEntry | None:
+    """The A/A calibration a scoring gated with, as a calibration entry (None: the default floor, or no
+    measurement). Recorded beside each scoring, it is one entry per calibration however many use it."""
+    floor = outcome.measurements.noise if outcome.measurements is not None else None
+    if floor is None or not floor.calibrated or not floor.measured_at:
+        return None
+    return calibration_entry(floor, repo=repo or outcome.repo)
+
+
+def record_scoring(store: HistoryStore, outcome: ScoreOutcome, *, repo: str | None = None, receipt_ref: str = "") -> None:
+    """Keep a scoring and the calibration it used; a history that cannot be written never costs a verdict."""
+    recorded(store, history_entry(outcome, repo=repo, receipt_ref=receipt_ref))
+    floor = noise_floor_entry(outcome, repo=repo)
+    if floor is not None:
+        recorded(store, floor)

@@ -139,6 +139,12 @@ def open_history(redis_url: str, sqlite_path: Path, busy_timeout: float = 30.0) 
     return SqliteHistory(sqlite_path, busy_timeout=busy_timeout)
 
 
+def local_history(state_dir: Path, override: Path | None = None) -> SqliteHistory:
+    """The history of a local repository (`evalbot score --pr`, `calibrate`, `demo`, `dashboard`):
+    `<repo>/.evalbot/history.sqlite3`, or the `history_db` setting."""
+    return SqliteHistory(override or state_dir / HISTORY_DB)
+
+
 def recorded(store: HistoryStore, entry: HistoryEntry) -> str | None:
     """`store.add(entry)`, but a history that cannot be written never costs a verdict: logged, None."""
     try:

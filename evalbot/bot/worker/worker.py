@@ -29,7 +29,7 @@ from evalbot.bot.worker.scoring import Publisher, Scorer
 from evalbot.decide.outcome import ScoreOutcome
 from evalbot.forge.base import CHECK_NAME, Forge
 from evalbot.forge.github_retry import ForgeUnavailable
-from evalbot.history.adapter import history_entry
+from evalbot.history.adapter import history_entry, record_scoring
 from evalbot.history.store import HistoryStore, recorded
 from evalbot.report.check_run import INFRA_CONCLUSION, SUPERSEDED_CONCLUSION, details_url
 from evalbot.report.render import render
@@ -141,7 +141,7 @@ class Worker:
         if not self.ledger.record_outcome(record.key, self.worker_id, outcome, self.clock()):
             return "dropped: another worker took this job over"
         if self.history is not None:
-            recorded(self.history, history_entry(outcome, repo=record.repo))
+            record_scoring(self.history, outcome, repo=record.repo)  # and the calibration it gated with
         self.publish_recorded(record.key)
         self.decide_round(record.repo, record.base_sha)
         return "scored"
