@@ -214,8 +214,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "calibrate", help="measure this box's A/A noise floor (base against itself)",
-        description="Run the base ref against itself and store the largest PR/main deviation per metric in "
-        ".evalbot/noise-floor.json, per box and profile. Gates and tiers allow for it.",
+        description="Run the base ref against itself (A/A) and store, per box and profile, in .evalbot/noise-floor.json "
+        "each metric's deviation from 1 of the very statistic its gate or tier reads (median over rounds), times "
+        "stats.noise_margin. Gates and tiers allow for it.",
     )
     repo_opts(p)
     p.add_argument("--base", metavar="REF", default="main", help="the ref to measure against itself (default main)")

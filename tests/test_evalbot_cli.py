@@ -138,6 +138,13 @@ def test_calibrate_command(repo, capsys):
     assert entry.box == "cli-box" and entry.profile == "cpu" and set(entry.noise) >= {"dspark_decode", "ar_decode"}
 
 
+def test_calibrate_help_states_the_current_rule():
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    text = sub.choices["calibrate"].description
+    assert "the very statistic its gate or tier reads" in text and "median over rounds" in text
+    assert "largest PR/main deviation" not in text  # the single-run rule before 2026-11-30
+
+
 def test_every_command_has_help():
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")
