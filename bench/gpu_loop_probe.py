@@ -2,7 +2,10 @@
 AR decode tok/s, and DSpark with an oracle drafter that is always right (tau = 7: the loop's ceiling)
 and always wrong (tau = 1: pure overhead), at the harness contexts. Prints JSON lines.
 
-    python bench/gpu_loop_probe.py [--contexts 1024,4096,7936] [--new 128] [--reps 3]
+    python bench/gpu_loop_probe.py [--contexts 1024,4096,7936] [--new 128] [--reps 3] [--loops host,device]
+
+Each DSpark figure is measured for every loop in --loops: `host` (one host check per iteration) and
+`device` (SpecOptions.device_loop: `loop_chunk` iterations per graph launch, the host checks per chunk).
 """
 
 from __future__ import annotations
@@ -41,7 +44,9 @@ def main() -> None:
     ap.add_argument("--contexts", default="1024,4096,7936")
     ap.add_argument("--new", type=int, default=128)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--loops", default="host,device")
     a = ap.parse_args()
+    loops = [x.strip() for x in a.loops.split(",") if x.strip()]
     e = Engine(loaded=random_model(), device="cuda")
     files = random_drafter(e, seed=0)
     orig = DrafterRuntime.draft
@@ -53,23 +58,34 @@ def main() -> None:
         ar = [e.generate(ids, a.new, stop_at_eos=False) for _ in range(a.reps)]
         row = {"ctx": ctx, "ar_tps": statistics.median(r.decode_tps for r in ar)}
         stream = ar[0].tokens
-        for name, right in (("oracle_right", True), ("oracle_wrong", False)):
-            o = Oracle(ctx, stream + [0] * 16, right, files.config.proposals)
-            DrafterRuntime.draft = lambda rt, o=o: o.draft(rt)
-            use_drafter(e, files, SpecOptions(confidence_threshold=0.0, idle_min_accept=0.0, narrow_below_ctx=0))
+        for loop in loops:
+            opts = SpecOptions(
+                confidence_threshold=0.0, idle_min_accept=0.0, narrow_below_ctx=0, device_loop=loop == "device"
+            )
+            for name, right in (("oracle_right", True), ("oracle_wrong", False)):
+                o = Oracle(ctx, stream + [0] * 16, right, files.config.proposals)
+                DrafterRuntime.draft = lambda rt, o=o: o.draft(rt)
+                use_drafter(e, files, opts)
+                e._session = None
+                e.generate(ids, a.new, dspark=True, stop_at_eos=False)
+                runs = [e.generate(ids, a.new, dspark=True, stop_at_eos=False) for _ in range(a.reps)]
+                assert all(r.tokens == stream for r in runs), (loop, name)
+                key = f"{loop}_{name}"
+                row[key + "_tps"] = statistics.median(r.decode_tps for r in runs)
+                row[key + "_tau"] = runs[0].stats["tau"]
+                row[key + "_us_per_iter"] = (
+                    1e6 * statistics.median(r.decode_s for r in runs) / runs[0].stats["target_forwards"]
+                )
+            DrafterRuntime.draft = orig
+            use_drafter(e, files, opts)
             e._session = None
             e.generate(ids, a.new, dspark=True, stop_at_eos=False)
             runs = [e.generate(ids, a.new, dspark=True, stop_at_eos=False) for _ in range(a.reps)]
-            assert all(r.tokens == stream for r in runs)
-            row[name + "_tps"] = statistics.median(r.decode_tps for r in runs)
-            row[name + "_tau"] = runs[0].stats["tau"]
-            row[name + "_us_per_iter"] = 1e6 * statistics.median(r.decode_s for r in runs) / runs[0].stats["target_forwards"]
-        DrafterRuntime.draft = orig
-        use_drafter(e, files, SpecOptions(confidence_threshold=0.0, idle_min_accept=0.0, narrow_below_ctx=0))
-        e._session = None
-        e.generate(ids, a.new, dspark=True, stop_at_eos=False)
-        runs = [e.generate(ids, a.new, dspark=True, stop_at_eos=False) for _ in range(a.reps)]
-        row["random_drafter_us_per_iter"] = 1e6 * statistics.median(r.decode_s for r in runs) / runs[0].stats["target_forwards"]
+            assert all(r.tokens == stream for r in runs), (loop, "random_drafter")
+            row[f"{loop}_random_drafter_tau"] = runs[0].stats["tau"]
+            row[f"{loop}_random_drafter_us_per_iter"] = (
+                1e6 * statistics.median(r.decode_s for r in runs) / runs[0].stats["target_forwards"]
+            )
         print(json.dumps(row), flush=True)
 
 

@@ -57,7 +57,10 @@ def _repo(args: argparse.Namespace) -> Path:
 
 
 def _settings(args: argparse.Namespace, repo: Path) -> Settings:
-    return load_settings(repo, Path(args.config) if getattr(args, "config", None) else None)
+    settings = load_settings(repo, Path(args.config) if getattr(args, "config", None) else None)
+    if getattr(args, "no_sandbox", False):
+        settings = settings.model_copy(update={"sandbox": settings.sandbox.model_copy(update={"enabled": False})})
+    return settings
 
 
 def _history(repo: Path, settings: Settings) -> SqliteHistory:
@@ -88,12 +91,10 @@ def cmd_score(args: argparse.Namespace) -> int:
         base, head = args.base, args.head
     profile = profile_for(settings, args.profile)
     with RichProgress(enabled=not args.no_progress) as progress:
-        from evalbot.measure.reverifier import engine_reverifier_factory
-
         outcome = pipeline.score_refs(
-            repo, base, head, profile=profile, rounds=args.rounds, settings=settings, pr_number=args.pr,
-            harness_ref=args.harness_ref, progress=progress,
-            reverifier_factory=None if args.no_reverify else engine_reverifier_factory(settings),
+            repo, base, head, profile=profile, rounds=args.rounds, budget_s=args.budget, settings=settings,
+            pr_number=args.pr, harness_ref=args.harness_ref, progress=progress,
+            calibrate_first=not args.no_calibrate,
         )
     published = None
     if forge is not None and args.pr is not None:
@@ -127,7 +128,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     profile = profile_for(settings, args.profile)
     with RichProgress(enabled=not args.no_progress) as progress:
         floor, path = pipeline.calibrate(
-            repo, args.base, profile=profile, rounds=args.rounds, settings=settings, progress=progress
+            repo, args.base, profile=profile, rounds=args.rounds, budget_s=args.budget, settings=settings,
+            progress=progress,
         )
     recorded(_history(repo, settings), calibration_entry(floor, repo=str(repo)))
     sys.stdout.write(render_calibration(floor, path, settings.templates_dir))
@@ -192,8 +194,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "score", help="score a head ref against a base ref (or a local PR)",
         description=(
-            "Check out both refs side by side, give both the base tip's harness (HARNESS_PATHS), run them "
-            "interleaved ABBA for N rounds, and print the scorecard (or --json). Writes a receipt under .evalbot/receipts/."
+            "Measure the head merged into the base tip against the base tip, both with the base tip's harness "
+            "(HARNESS_PATHS), in long-lived sandboxed harness servers timed by the bot, round after round until "
+            "the verdict is decided or the profile's budget is spent; print the scorecard (or --json). Writes a "
+            "receipt under .evalbot/receipts/. A box, profile and engine version with no noise floor is calibrated first."
         ),
     )
     repo_opts(p)
@@ -205,24 +209,30 @@ def build_parser() -> argparse.ArgumentParser:
         help="where the harness comes from (default: the base branch tip, origin/<base> when it exists)",
     )
     p.add_argument("--profile", choices=["cpu", "gpu"], help="harness profile (default: the `profile` setting, else gpu when CUDA is available, else cpu)")
-    p.add_argument("--rounds", type=int, metavar="N", help="ABBA rounds (default per profile: cpu 2, gpu 3)")
+    p.add_argument("--rounds", type=int, metavar="N", help="exactly N rounds (default: adaptive, until decided or the budget is spent)")
+    p.add_argument("--budget", type=float, metavar="SECONDS", help="time budget of the measurement (default: the profile's, gpu 600, cpu 180)")
+    p.add_argument("--no-calibrate", action="store_true",
+                   help="with no noise floor for this box, profile and engine version, use the default floor instead of calibrating first")
     p.add_argument("--json", action="store_true", help="print one JSON document (tier, receipt, gates, ...) instead of markdown")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    p.add_argument("--no-reverify", action="store_true",
-                   help="skip re-checking the PR's token streams with main's engine (the scorecard then says 'not run')")
+    p.add_argument("--no-sandbox", action="store_true",
+                   help="run PR code without the bubblewrap sandbox (development only; the scorecard says so)")
     p.set_defaults(func=cmd_score)
 
     p = sub.add_parser(
         "calibrate", help="measure this box's A/A noise floor (base against itself)",
-        description="Run the base ref against itself (A/A) and store, per box and profile, in .evalbot/noise-floor.json "
-        "each metric's deviation from 1 of the very statistic its gate or tier reads (median over rounds), times "
-        "stats.noise_margin. Gates and tiers allow for it.",
+        description="Run the base ref against itself (A/A) with the machinery a score uses and store, per metric, how "
+        "far the statistic its gate reads strayed from 1 (times a margin) in .evalbot/noise-floor.json, per box, "
+        "profile and engine version. Gates and tiers allow for it.",
     )
     repo_opts(p)
     p.add_argument("--base", metavar="REF", default="main", help="the ref to measure against itself (default main)")
     p.add_argument("--profile", choices=["cpu", "gpu"], help="harness profile (default: the `profile` setting, else gpu when CUDA is available, else cpu)")
-    p.add_argument("--rounds", type=int, metavar="N", help="A/A rounds (default: the profile's rounds, at least 2)")
+    p.add_argument("--rounds", type=int, metavar="N", help="exactly N A/A rounds (default: adaptive, as a score)")
+    p.add_argument("--budget", type=float, metavar="SECONDS", help="time budget (default: the profile's)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument("--no-sandbox", action="store_true",
+                   help="run PR code without the bubblewrap sandbox (development only; the scorecard says so)")
     p.set_defaults(func=cmd_calibrate)
 
     p = sub.add_parser(
@@ -236,10 +246,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--work-dir", metavar="DIR", help="clone into DIR (new or empty; kept) instead of a temporary directory")
     p.add_argument("--keep", action="store_true", help="keep the temporary clone and its .evalbot/ state for `evalbot status`")
     p.add_argument("--only", metavar="SLUG", help="score one example, e.g. 02-lossy-shortcut (or lossy-shortcut, or 02)")
-    p.add_argument("--rounds", type=int, metavar="N", help="ABBA rounds per example and for the A/A calibration (default per profile: cpu 2, gpu 3)")
+    p.add_argument("--rounds", type=int, metavar="N", help="exactly N rounds per example and for the A/A calibration (default: adaptive)")
     p.add_argument("--no-calibrate", action="store_true",
                    help="on a box with no noise floor for the profile, gate with the default floor instead of calibrating first")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument("--no-sandbox", action="store_true",
+                   help="run PR code without the bubblewrap sandbox (development only; the scorecard says so)")
     p.set_defaults(func=lambda a: run_demo(
         _repo(a), profile=a.profile, work_dir=Path(a.work_dir) if a.work_dir else None, keep=a.keep, only=a.only,
         rounds=a.rounds, calibrate=not a.no_calibrate, settings=_settings(a, _repo(a)), progress=not a.no_progress))
@@ -321,7 +333,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command in RUNS_PR_CODE:
-        make_undumpable()  # PR code runs as our user unless a sandbox user is set: keep our memory from it
+        make_undumpable()  # belt and braces: with --no-sandbox PR code runs as our user
         signal.signal(signal.SIGTERM, _terminated)  # unwind: harness children and worktrees are cleaned up
     try:
         return int(args.func(args))

@@ -1,8 +1,8 @@
 """`evalbot demo`: score the example PRs under examples/prs/ for real, on a scratch clone.
 
     clone the repository's committed HEAD as `main` ─▶ per example: branch demo/<NN-slug> = main +
-    patch.diff ─▶ LocalForge.open_pull ─▶ pipeline.score_refs (main's engine re-verifies the PR's
-    streams, as `evalbot score` does) ─▶ pipeline.publish ─▶ the verdict against the expected one
+    patch.diff ─▶ LocalForge.open_pull ─▶ pipeline.score_refs (exactly what `evalbot score` does)
+    ─▶ pipeline.publish ─▶ the verdict against the expected one
 
 Nothing is faked: the real engine and harness measure every example, on the cpu profile (the gpu
 profile when CUDA is available), so a newcomer sees a tier, a REJECT for a lossy shortcut, a REJECT
@@ -10,9 +10,10 @@ for an AR slowdown, "not evaluated" for a harness edit and "none" for a no-op, e
 scorecard, labels, check run and receipt the local forge keeps (`evalbot status --repo <scratch>`).
 
 The examples (evalbot/examples.py says what one is) are read from the repository's working tree; the code they patch is its committed
-HEAD. The box's noise floor (`.evalbot/noise-floor.json`, from `evalbot calibrate`) is carried into
+HEAD. The box's noise floors (`.evalbot/noise-floor.json`, from `evalbot calibrate`) are carried into
 the scratch clone, so the demo's gates allow for the same noise as `evalbot score` would; a box with
-no floor for the profile calibrates in the scratch clone first (A/A), unless `--no-calibrate`.
+no floor for the profile and engine version calibrates in the scratch clone first (A/A), unless
+`--no-calibrate`.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ from rich.console import Console
 from evalbot import pipeline
 from evalbot.decide.noise import NOISE_FILE, NoiseFloor, load_noise_floor
 from evalbot.decide.outcome import ScoreOutcome
-from evalbot.decide.reverify import Reverifier, ReverifierFactory
 from evalbot.errors import EvalbotError
 from evalbot.examples import (
     BASE_BRANCH,
@@ -48,7 +48,7 @@ from evalbot.history.adapter import record_scoring
 from evalbot.history.store import local_history
 from evalbot.measure import gitops
 from evalbot.measure.device import profile_for
-from evalbot.measure.harness_runner import NullProgress, ProgressSink
+from evalbot.measure.run import ProgressSink
 from evalbot.measure.progress import RichProgress
 from evalbot.report.render import render
 from evalbot.report.scorecard import noise_text, render_calibration
@@ -133,25 +133,15 @@ class DemoReport:
         return bool(self.results) and all(r.matched for r in self.results)
 
 
-class _ClosingFactory:
-    """Wraps a reverifier factory so the demo can stop each example's reverifier (a subprocess holding
-    main's model) once that example is scored, instead of keeping one per example until exit."""
+class NullProgress:
+    def begin(self, total: int) -> None:
+        pass
 
-    def __init__(self, factory: ReverifierFactory) -> None:
-        self.factory = factory
-        self.made: list[Reverifier] = []
+    def step(self, label: str) -> None:
+        pass
 
-    def __call__(self, worktree: Path, profile: str) -> Reverifier | None:
-        made = self.factory(worktree, profile)
-        if made is not None:
-            self.made.append(made)
-        return made
-
-    def close_all(self) -> None:
-        while self.made:
-            close = getattr(self.made.pop(), "close", None)
-            if close is not None:
-                close()
+    def advance(self) -> None:
+        pass
 
 
 class _Labelled:
@@ -185,7 +175,6 @@ def score_examples(
     rounds: int | None = None,
     calibrate: bool = True,
     progress: ProgressSink | None = None,
-    reverify: bool = True,
     say: TextIO | None = None,
     tell: Console | None = None,
 ) -> DemoReport:
@@ -199,11 +188,13 @@ def score_examples(
     floors = repo / STATE_DIR_NAME / NOISE_FILE
     if floors.is_file():
         shutil.copyfile(floors, state_dir / NOISE_FILE)
-    noise = load_noise_floor(state_dir, settings.box_name(), profile, settings.stats.default_noise_floor)
-    # An uncalibrated box gates with a 1% default floor, which a CPU's run-to-run noise exceeds: a
-    # no-op would be REJECTed by chance. So, unless told otherwise, the box measures its own noise
-    # first (A/A, main against itself) — only if some example is going to be measured at all.
-    calibrating = calibrate and not noise.calibrated and any(is_measured(scratch, ex, settings) for ex in examples)
+    engine = gitops.code_digest(scratch, source_sha)
+    stored = load_noise_floor(state_dir, settings.box_name(), profile, engine)
+    noise = stored or NoiseFloor.default(settings.box_name(), profile, settings.stats.default_noise_floor, engine)
+    # An uncalibrated box would gate with a 1% default floor, which a CPU's run-to-run noise can exceed: a
+    # no-op could be REJECTed by chance. So, unless told otherwise, the box measures its own noise first
+    # (A/A, main against itself) — only if some example is going to be measured at all.
+    calibrating = calibrate and stored is None and any(is_measured(scratch, ex, settings) for ex in examples)
     forge = LocalForge(scratch)
     history = local_history(state_dir, settings.history_db)  # `evalbot dashboard --repo <scratch clone>` shows it
     report = DemoReport(repo, source_sha, scratch, profile, noise, [])
@@ -218,11 +209,6 @@ def score_examples(
         report.noise, report.calibration_seconds = floor, time.perf_counter() - t0
         say.write(render_calibration(floor, path, texts) + "\n")
         say.flush()
-    factory = None
-    if reverify:
-        from evalbot.measure.reverifier import engine_reverifier_factory
-
-        factory = _ClosingFactory(engine_reverifier_factory(settings))
     for i, ex in enumerate(examples, 1):
         pull = forge.open_pull(ex.branch, BASE_BRANCH, ex.title, author="evalbot-demo")
         if tell is not None:
@@ -230,15 +216,10 @@ def score_examples(
                               profile=profile).rstrip(), markup=False, highlight=False, soft_wrap=True)
         check_id = forge.start_check(pull.head_sha, CHECK_NAME, f"Scoring `{pull.head_sha[:12]}` against `{BASE_BRANCH}`…")
         t0 = time.perf_counter()
-        try:
-            outcome = pipeline.score_refs(
-                scratch, BASE_BRANCH, ex.branch, profile=profile, rounds=rounds, settings=settings,
-                pr_number=pull.number, progress=_Labelled(progress or NullProgress(), ex.slug),
-                reverifier_factory=factory,
-            )
-        finally:
-            if factory is not None:
-                factory.close_all()
+        outcome = pipeline.score_refs(
+            scratch, BASE_BRANCH, ex.branch, profile=profile, rounds=rounds, settings=settings,
+            pr_number=pull.number, progress=_Labelled(progress or NullProgress(), ex.slug), calibrate_first=calibrate,
+        )
         published = pipeline.publish(outcome, forge, pull.number, settings, check_id=check_id)
         record_scoring(history, outcome, repo=str(scratch), receipt_ref=published.receipt_ref)  # and its A/A floor
         result = ExampleResult(ex, i, len(examples), pull.number, outcome, published, time.perf_counter() - t0,
@@ -264,7 +245,6 @@ def run_demo(
     settings: Settings | None = None,
     examples_dir: Path | None = None,
     progress: bool = True,
-    reverify: bool = True,
 ) -> int:
     """`evalbot demo`: 0 when every example got the verdict its README expects, else 1."""
     repo = gitops.repo_root(Path(repo).resolve())
@@ -272,8 +252,7 @@ def run_demo(
     examples = load_examples(examples_dir or repo / EXAMPLES_DIR, only)
     profile = profile_for(settings, profile)
     settings.profile_settings(profile)  # an unknown profile fails now
-    if rounds is not None and rounds < 1:
-        raise EvalbotError("--rounds must be at least 1")
+    pipeline.check_rounds(rounds, settings.thresholds.min_verified_streams)
     for ex in examples:  # a stale patch fails now, before the clone
         apply_example(repo, "HEAD", ex, commit=False)
     scratch, temporary = _prepare_dir(work_dir)
@@ -283,7 +262,7 @@ def run_demo(
     try:
         with RichProgress(enabled=progress) as bars:
             report = score_examples(repo, scratch, examples, profile=profile, settings=settings, rounds=rounds,
-                                    calibrate=calibrate, progress=bars, reverify=reverify, tell=bars.console)
+                                    calibrate=calibrate, progress=bars, tell=bars.console)
         report.kept = keep
         sys.stdout.write(render("demo_summary.txt.j2", templates=settings.templates_dir, report=report, dirty=dirty,
                                 duration=_duration(report.seconds),

@@ -1,14 +1,15 @@
 """The whole flow of one score, used by the CLI, the demo and the worker (evalbot.bot.worker).
 
-    resolve refs ─▶ pin harness from the base tip ─▶ harness changed? ─▶ worktrees + overlay   measure/
-        ─▶ ABBA harness runs                                                                  measure/
-        ─▶ anti-forgery ─▶ (re-verify) ─▶ measurements ─▶ gates ─▶ tier ─▶ verdict            decide/
+    resolve refs ─▶ pin harness from the base tip ─▶ harness changed? ─▶ merge into main's tip   measure/
+        ─▶ (A/A calibration, first time) ─▶ harness servers, requests timed by the bot        measure/
+        ─▶ integrity ─▶ measurements ─▶ gates ─▶ tier ─▶ verdict                              decide/
         ─▶ receipt (signed) ─▶ scorecard / check text   [score_refs -> ScoreOutcome]          report/
     ScoreOutcome ─▶ labels, sticky scorecard, check run, stored receipt   [publish]           forge/
 
 Setup problems a user must fix (a ref that does not resolve, no harness manifest, a failed pin, a
-broken signing key) raise `EvalbotError`. Anything that goes wrong while the harness runs becomes
-an infrastructure-error verdict in the outcome: reported, never read as slow or lossy.
+broken signing key, no sandbox tool) raise `EvalbotError`. What goes wrong while the harness servers
+run is attributed: the PR's processes -> the integrity gate (REJECT, with the reason); main's
+processes or the bot's own environment -> an infrastructure-error verdict, never read as slow or lossy.
 """
 
 from __future__ import annotations
@@ -20,23 +21,22 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from evalbot.decide.calibration import noise_from_aa
-from evalbot.decide.integrity import check_all
-from evalbot.decide.measurements import Measurements, summarize
+from evalbot.decide.integrity import check_records
+from evalbot.decide.measurements import summarize
 from evalbot.decide.noise import NoiseFloor, load_noise_floor, store_noise_floor, utc_now
-from evalbot.decide.outcome import ReceiptInfo, RunSummary, ScoreOutcome
-from evalbot.decide.records import RunRecord
-from evalbot.decide.reverify import ReverifierFactory, reverify_streams
-from evalbot.decide.verdict import Verdict, decide, infrastructure_error, not_evaluated_harness_changed
+from evalbot.decide.outcome import ReceiptInfo, RequestSummary, ScoreOutcome
+from evalbot.decide.verdict import decide, not_evaluated_harness_changed, not_evaluated_needs_rebase
 from evalbot.errors import EvalbotError
 from evalbot.forge.base import CHECK_NAME, Forge
 from evalbot.measure import gitops
-from evalbot.measure.checkout import PinnedHarness, overlaid_worktrees, pin_harness
+from evalbot.measure.checkout import PinnedHarness, pin_harness
 from evalbot.measure.device import profile_for
-from evalbot.measure.harness_runner import HarnessRunner, ProgressSink
+from evalbot.measure.run import ProgressSink, run_campaign
 from evalbot.report import receipt
 from evalbot.report.check_run import check_conclusion, details_url
 from evalbot.report.scorecard import SCORECARD_MARKER_PREFIX, check_report, render_scorecard
 from evalbot.settings import STATE_DIR_NAME, Settings, load_settings
+from evalbot.settings.tiers import NEEDS_REBASE_LABEL
 
 
 def state_dir_for(repo: Path) -> Path:
@@ -53,18 +53,6 @@ def load_signing_key(settings: Settings) -> Ed25519PrivateKey | None:
     if settings.signing_key is None:
         return None
     return receipt.load_private_key(Path(settings.signing_key).expanduser())
-
-
-def _first_failure(records: list[RunRecord]) -> RunRecord | None:
-    return next((r for r in records if not r.ok), None)
-
-
-def _run_summaries(records: list[RunRecord]) -> list[RunSummary]:
-    return [
-        RunSummary(round=r.round, ref=r.ref, program=r.program, nonce=r.nonce, wall_s=round(r.wall_s, 6),
-                   returncode=r.returncode, timed_out=r.timed_out, failure=r.failure)
-        for r in records
-    ]
 
 
 def _finish(
@@ -90,82 +78,72 @@ def score_refs(
     *,
     profile: str | None = None,
     rounds: int | None = None,
+    budget_s: float | None = None,
     settings: Settings | None = None,
     pr_number: int | None = None,
     harness_ref: str | None = None,
-    reverifier_factory: ReverifierFactory | None = None,
     progress: ProgressSink | None = None,
     environ: Mapping[str, str] | None = None,
+    calibrate_first: bool = True,
 ) -> ScoreOutcome:
     """Score `head` against `base` in `repo` and return everything the run produced.
 
-    `harness_ref` names the ruler's source; by default the base branch tip (`origin/<base>` when
-    that exists). A caller that passes SHAs for `base` (the webhook worker) should pass the base
-    branch here, e.g. "origin/main", so the harness still comes from the tip.
+    What is measured for the PR is what would land: the merge of `head` into `base`'s tip (settings
+    `score_merge`). `harness_ref` names the ruler's source; by default the base branch tip
+    (`origin/<base>` when that exists). `rounds` fixes the number of rounds (default: adaptive, until
+    decided or the profile's budget is spent). A box, profile and engine version with no noise floor
+    yet is calibrated first (A/A), unless `calibrate_first` is False (then the configured default
+    floor is used and the scorecard says so).
     """
     repo = gitops.repo_root(repo)
     settings = settings or load_settings(repo)
     profile = profile_for(settings, profile)
-    prof = settings.profile_settings(profile)
-    rounds = prof.rounds if rounds is None else rounds
-    if rounds < 1:
-        raise EvalbotError("--rounds must be at least 1")
-    key = load_signing_key(settings)  # a broken key fails now, not after an hour of measuring
+    settings.profile_settings(profile)  # an unknown profile fails now
+    check_rounds(rounds, settings.thresholds.min_verified_streams)
+    key = load_signing_key(settings)  # a broken key fails now, before any PR code runs
     state_dir = state_dir_for(repo)
     pinned = pin_harness(repo, base, head, settings, harness_ref)
     box = settings.box_name()
-    outcome_fields = dict(
+    engine = gitops.code_digest(repo, pinned.base_sha)
+    fields = dict(
         repo=str(repo), base_ref=base, head_ref=head, base_sha=pinned.base_sha, head_sha=pinned.head_sha,
         harness_ref=pinned.harness_ref, harness_sha=pinned.harness_sha, harness_digest=pinned.harness_digest,
-        profile=profile, rounds=rounds, reps=prof.reps, box=box, pr_number=pr_number, started_at=utc_now(),
+        engine_digest=engine, profile=profile, box=box, pr_number=pr_number, started_at=utc_now(),
     )
-
     changed = gitops.harness_changes(repo, pinned.base_sha, pinned.head_sha, pinned.patterns)
     if changed:
-        outcome = ScoreOutcome(verdict=not_evaluated_harness_changed(changed), **outcome_fields)
-        return _finish(outcome, settings, state_dir, key)
+        return _finish(ScoreOutcome(verdict=not_evaluated_harness_changed(changed), **fields), settings, state_dir, key)
+    if settings.score_merge:
+        candidate = gitops.merge_candidate(repo, pinned.base_sha, pinned.head_sha)
+        if candidate.conflicts:
+            verdict = not_evaluated_needs_rebase(list(candidate.conflicts), NEEDS_REBASE_LABEL)
+            return _finish(ScoreOutcome(verdict=verdict, **fields), settings, state_dir, key)
+    else:
+        candidate = gitops.Candidate(tree=gitops.git(repo, "rev-parse", f"{pinned.head_sha}^{{tree}}").strip(),
+                                     commit=pinned.head_sha)
+    fields.update(candidate_sha=candidate.commit, candidate_tree=candidate.tree)
 
-    noise = load_noise_floor(state_dir, box, profile, settings.stats.default_noise_floor)
-    records, measurements, verdict = _measure(
-        pinned, settings, profile, rounds, noise, reverifier_factory, progress, environ
-    )
-    outcome = ScoreOutcome(verdict=verdict, measurements=measurements, runs=_run_summaries(records), **outcome_fields)
+    noise = load_noise_floor(state_dir, box, profile, engine)
+    calibrated_now = False
+    if noise is None and calibrate_first:
+        noise, _ = _calibrate(repo, pinned, settings, profile, engine, state_dir, progress, environ, budget_s)
+        calibrated_now = True
+    elif noise is None:
+        noise = NoiseFloor.default(box, profile, settings.stats.default_noise_floor, engine)
+    records = run_campaign(repo, pinned, {"base": pinned.base_sha, "head": candidate.commit}, settings, profile,
+                           noise=noise, rounds=rounds, budget_s=budget_s, progress=progress, environ=environ)
+    m = summarize(records, noise=noise, integrity=settings.integrity)
+    outcome = ScoreOutcome(verdict=decide(m, settings), measurements=m, rounds=m.rounds, calibrated_now=calibrated_now,
+                           requests=[RequestSummary.of(g) for g in records.generations if g.round >= 0], **fields)
     return _finish(outcome, settings, state_dir, key)
 
 
-def _measure(
-    pinned: PinnedHarness,
-    settings: Settings,
-    profile: str,
-    rounds: int,
-    noise: NoiseFloor,
-    reverifier_factory: ReverifierFactory | None,
-    progress: ProgressSink | None,
-    environ: Mapping[str, str] | None,
-) -> tuple[list[RunRecord], Measurements | None, Verdict]:
-    prof = settings.profile_settings(profile)
-    with gitops.scratch_dir("evalbot-run-") as scratch:
-        with overlaid_worktrees(pinned, scratch, ("main", "pr"), (pinned.base_sha, pinned.head_sha)) as (wt_base, wt_head):
-            (scratch / "io").mkdir()
-            runner = HarnessRunner(settings, profile, {"base": wt_base, "head": wt_head}, scratch / "io", environ)
-            for ref, label in (("base", "main"), ("head", "PR")):
-                problem = runner.check_imports(ref)  # type: ignore[arg-type]
-                if problem is not None:
-                    return [], None, infrastructure_error(f"preflight ({label})", problem)
-            records = runner.run_all(rounds, progress)
-            failed = _first_failure(records)
-            if failed is not None:
-                verdict = infrastructure_error(failed.label, failed.failure or "failed", failed.stderr_tail)
-                return records, None, verdict
-            integrity = check_all(records, prof.reps, profile, settings.integrity, noise.tau_check_wall)
-            reverifier = reverifier_factory(wt_base, profile) if reverifier_factory else None
-            head_lines = [line for r in records if r.ref == "head" and r.program == "tau_check" for line in r.tau_lines()]
-            reverified = reverify_streams(reverifier, head_lines, profile)
-    measurements = summarize(
-        records, profile=profile, rounds=rounds, requested_reps=prof.reps, noise=noise,
-        integrity=integrity, reverify=reverified,
-    )
-    return records, measurements, decide(measurements, settings)
+def check_rounds(rounds: int | None, least: int = 1) -> None:
+    """A fixed number of rounds must be able to decide: a score re-verifies one DSpark stream per cell
+    and round with main's engine and needs `least` of them (thresholds.min_verified_streams)."""
+    if rounds is not None and rounds < least:
+        why = f": each cell needs {least} DSpark streams re-verified by main's engine, one per round" if least > 1 else ""
+        raise EvalbotError(f"--rounds must be at least {least}{why}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -178,40 +156,39 @@ def calibrate(
     *,
     profile: str | None = None,
     rounds: int | None = None,
+    budget_s: float | None = None,
     settings: Settings | None = None,
     harness_ref: str | None = None,
     progress: ProgressSink | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> tuple[NoiseFloor, Path]:
-    """Run `base` against itself (A/A) and store the box's noise floor for `profile`."""
+    """Run `base` against itself (A/A) with the very machinery a score uses, and store the box's noise
+    floor for this profile and engine version."""
     repo = gitops.repo_root(repo)
     settings = settings or load_settings(repo)
     profile = profile_for(settings, profile)
-    prof = settings.profile_settings(profile)
-    rounds = max(prof.rounds, 2) if rounds is None else rounds
-    if rounds < 1:
-        raise EvalbotError("--rounds must be at least 1")
+    settings.profile_settings(profile)
+    check_rounds(rounds)
     pinned = pin_harness(repo, base, base, settings, harness_ref)
-    with gitops.scratch_dir("evalbot-aa-") as scratch:
-        with overlaid_worktrees(pinned, scratch, ("a", "b"), (pinned.base_sha, pinned.base_sha)) as (wt_a, wt_b):
-            (scratch / "io").mkdir()
-            runner = HarnessRunner(settings, profile, {"base": wt_a, "head": wt_b}, scratch / "io", environ)
-            problem = runner.check_imports("base")
-            if problem is not None:
-                raise EvalbotError(f"calibration preflight failed: {problem}")
-            records = runner.run_all(rounds, progress)
-    failed = _first_failure(records)
-    if failed is not None:
-        raise EvalbotError(f"calibration run failed in {failed.label}: {failed.failure}")
-    # wall_noise=1.0 switches the wall-clock cross-check off: A/A claims no saving to cross-check.
-    integrity = check_all(records, prof.reps, profile, settings.integrity, wall_noise=1.0)
-    if integrity.findings:
-        raise EvalbotError(f"calibration runs failed the bot's checks: {integrity.findings[0].message}")
-    floor = noise_from_aa(
-        records, box=settings.box_name(), profile=profile, rounds=rounds, base_sha=pinned.base_sha,
-        margin=settings.stats.noise_margin,
-    )
-    return floor, store_noise_floor(state_dir_for(repo), floor)
+    engine = gitops.code_digest(repo, pinned.base_sha)
+    return _calibrate(repo, pinned, settings, profile, engine, state_dir_for(repo), progress, environ, budget_s, rounds)
+
+
+def _calibrate(repo: Path, pinned: PinnedHarness, settings: Settings, profile: str, engine: str, state_dir: Path,
+               progress: ProgressSink | None, environ: Mapping[str, str] | None, budget_s: float | None,
+               rounds: int | None = None) -> tuple[NoiseFloor, Path]:
+    box = settings.box_name()
+    zero = NoiseFloor.default(box, profile, 0.0, engine)
+    records = run_campaign(repo, pinned, {"base": pinned.base_sha, "head": pinned.base_sha}, settings, profile,
+                           noise=zero, rounds=rounds, budget_s=budget_s, progress=progress, environ=environ, aa=True)
+    report = check_records(records, settings.integrity)
+    if report.findings:
+        f = report.findings[0]
+        raise EvalbotError(f"calibration failed ({f.where}): {f.message}")
+    prof = settings.profile_settings(profile)
+    floor = noise_from_aa(records, box=box, profile=profile, engine=engine, base_sha=pinned.base_sha,
+                          margin=settings.stats.noise_margin, minimum=prof.min_noise_floor)
+    return floor, store_noise_floor(state_dir, floor)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from evalbot.decide.noise import NoiseFile, noise_path
+from evalbot.decide.noise import noise_path, read_noise_file
 from evalbot.forge.local import LocalForge
 from evalbot.measure import gitops
 from evalbot.report.scorecard import SCORECARD_MARKER_PREFIX
@@ -46,16 +46,15 @@ def cmd_status(args: argparse.Namespace) -> int:
         console.print(table)
     else:
         console.print(f"no local PRs in {repo} yet: `evalbot pr open --head BRANCH`")
-    floors = NoiseFile.model_validate_json(noise_path(forge.state_dir).read_bytes()) if noise_path(forge.state_dir).is_file() else NoiseFile()
+    floors = read_noise_file(noise_path(forge.state_dir))
     noise = Table(title="noise floors (evalbot calibrate)")
-    for col in ("box", "profile", "DSpark", "AR", "guard decode", "guard prefill", "rounds", "measured"):
+    for col in ("box", "profile", "engine", "DSpark", "AR", "guard generation", "guard prefill", "rounds", "measured"):
         noise.add_column(col)
-    for box, profiles in sorted(floors.floors.items()):
-        for prof, f in sorted(profiles.items()):
-            noise.add_row(
-                box, prof, f"±{f.dspark_decode:.2%}", f"±{f.ar_decode:.2%}", f"±{f.guard_decode:.2%}",
-                f"±{f.guard_prefill:.2%}", str(f.rounds), f.measured_at,
-            )
+    for f in sorted(floors.latest(), key=lambda f: (f.box, f.profile, f.measured_at)):
+        noise.add_row(
+            f.box, f.profile, f.engine[:12], f"±{f.dspark_decode:.2%}", f"±{f.ar_decode:.2%}", f"±{f.guard_decode:.2%}",
+            f"±{f.guard_prefill:.2%}", str(f.rounds), f.measured_at,
+        )
     if floors.floors:
         console.print(noise)
     else:

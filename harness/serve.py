@@ -97,7 +97,7 @@ class Server:
         dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
         loaded = guard_model(shape, dev, dtype, int(req["max_seq_len"]))
         self.guards[shape.name] = Engine(loaded=loaded, device=str(dev))
-        self.send("guard", rid, name=shape.name, sha256=loaded.sha256)
+        self.send("guard", rid, name=shape.name, sha256=loaded.sha256, vocab_size=shape.vocab_size)
 
     def op_generate(self, rid, req: dict) -> None:
         mode = req.get("mode")

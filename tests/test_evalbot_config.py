@@ -4,29 +4,31 @@ import json
 
 import pytest
 
-from evalbot.settings import HarnessCommands, Settings, load_settings
+from evalbot.settings import HarnessServer, Settings, load_settings
 from evalbot.errors import ConfigError
 
 
 def test_defaults_match_the_issue():
     s = Settings()
     th = s.thresholds
-    assert (th.tau_ratio_min, th.top1_min, th.kl_max, th.ar_ratio_min) == (0.95, 0.9, 0.1, 0.98)
-    assert (th.guard_decode_ratio_min, th.guard_prefill_ratio_min, th.min_lossless_runs) == (0.98, 0.98, 3)
+    assert (th.top1_min, th.kl_max, th.ar_ratio_min) == (0.9, 0.1, 0.98)
+    assert (th.guard_decode_ratio_min, th.guard_prefill_ratio_min, th.min_verified_streams) == (0.98, 0.98, 3)
     assert [(b.name, b.min_pct) for b in s.tiers.bands] == [("XS", 2), ("S", 3.5), ("M", 6), ("L", 10), ("XL", 18)]
-    assert s.profiles["gpu"].rounds == 3
+    gpu = s.profiles["gpu"]
+    assert (gpu.contexts, gpu.new_tokens, gpu.processes, gpu.budget_s) == ([1024, 4096, 7936], 256, 3, 600.0)
+    assert gpu.rounds_floor == 9  # one round per pairing of processes
     assert s.tiers.label_prefixes == ("eval-dspark:", "eval:")
 
 
 def test_toml_file_in_the_repo_state_dir(tmp_path):
     (tmp_path / ".evalbot").mkdir()
     (tmp_path / ".evalbot" / "config.toml").write_text(
-        "[thresholds]\nar_ratio_min = 0.97\n[profiles.gpu]\nrounds = 5\n[profiles.gpu.timeouts]\nguard = 60\n"
+        "[thresholds]\nar_ratio_min = 0.97\n[profiles.gpu]\nbudget_s = 300\nrequest_timeout_s = 60\n"
     )
     s = load_settings(tmp_path, environ={})
     assert s.thresholds.ar_ratio_min == 0.97
-    assert s.profiles["gpu"].rounds == 5 and s.profiles["gpu"].timeouts.guard == 60
-    assert s.profiles["gpu"].timeouts.tau_check == Settings().profiles["gpu"].timeouts.tau_check
+    assert s.profiles["gpu"].budget_s == 300 and s.profiles["gpu"].request_timeout_s == 60
+    assert s.profiles["gpu"].contexts == Settings().profiles["gpu"].contexts
     assert s.profiles["cpu"] == Settings().profiles["cpu"]  # untouched profiles keep their defaults
 
 
@@ -36,13 +38,13 @@ def test_json_file_and_env_overrides(tmp_path):
     env = {
         "EVALBOT_CONFIG": str(cfg),
         "EVALBOT_STATS__BOOTSTRAP_RESAMPLES": "500",
-        "EVALBOT_PROFILES__CPU__ROUNDS": "4",
+        "EVALBOT_PROFILES__CPU__PROCESSES": "4",
         "EVALBOT_SIGNING_KEY": "/keys/bot.pem",
         "EVALBOT_BOX": "h200-a",
     }
     s = load_settings(None, environ=env)
     assert s.stats.bootstrap_seed == 1 and s.stats.bootstrap_resamples == 500
-    assert s.profiles["cpu"].rounds == 4
+    assert s.profiles["cpu"].processes == 4
     assert str(s.signing_key) == "/keys/bot.pem"
     assert s.box_name() == "h200-a"
 
@@ -51,7 +53,7 @@ def test_json_file_and_env_overrides(tmp_path):
     "text, where",
     [
         ("[thresholds]\nar_ratio_mn = 0.97\n", "thresholds.ar_ratio_mn"),
-        ("[profiles.gpu]\nrounds = 0\n", "profiles.gpu.rounds"),
+        ("[profiles.gpu]\nprocesses = 0\n", "profiles.gpu.processes"),
         ("[tiers]\nbands = [{name = 'A', min_pct = 5.0}, {name = 'B', min_pct = 1.0}]\n", "tiers.bands"),
         ("thresholds = [\n", "does not parse"),
     ],
@@ -73,15 +75,10 @@ def test_unknown_profile_is_an_error():
         Settings().profile_settings("tpu")
 
 
-def test_harness_commands_in_one_place():
-    h = HarnessCommands()
-    argv = h.argv("tau_check", "/py", profile="gpu", nonce="abc", reps="3")
-    assert argv == ["/py", "-m", "harness.tau_check", "--profile", "gpu", "--reps", "3", "--nonce", "abc"]
-    assert h.argv("compare", "/py", main_file="M", pr_file="P", nonce="n")[-4:] == ["M", "P", "--nonce", "n"]
-    with pytest.raises(ValueError, match="unknown placeholder"):
-        HarnessCommands(guard=["-m", "harness.guard", "{nonce}", "{gpu}"])
-    with pytest.raises(ValueError, match="must pass"):
-        HarnessCommands(guard=["-m", "harness.guard"])
+def test_harness_server_command_in_one_place():
+    h = HarnessServer()
+    assert h.command("/py", "/work/model/m.gguf") == ["/py", "-m", "harness.serve", "--model", "/work/model/m.gguf"]
+    assert HarnessServer(argv=["-m", "harness.serve"]).command("/py", "x") == ["/py", "-m", "harness.serve"]
 
 
 # -- one settings tree for the CLI and the bot --------------------------------------------------------
@@ -94,8 +91,8 @@ def test_harness_commands_in_one_place():
         ({"EVALBOT_THRESHOLD__AR_RATIO_MIN": "1"}, "EVALBOT_THRESHOLD__AR_RATIO_MIN: there is no setting 'threshold'"),
         ({"EVALBOT__STATS__CONFIDENCE": "0.9"}, "one underscore after EVALBOT"),
         ({"EVALBOT_BOX_ID": "h200-a"}, "EVALBOT_BOX_ID is EVALBOT_BOX now"),
-        ({"EVALBOT_PROFILES__GPU__ROUNDS": "many"}, "EVALBOT_PROFILES__GPU__ROUNDS must be a number, got 'many'"),
-        ({"EVALBOT_IMPORT_ROOTS": "harness"}, "EVALBOT_IMPORT_ROOTS must be JSON"),
+        ({"EVALBOT_PROFILES__GPU__PROCESSES": "many"}, "EVALBOT_PROFILES__GPU__PROCESSES must be a number, got 'many'"),
+        ({"EVALBOT_PROFILES__GPU__CONTEXTS": "1024"}, "EVALBOT_PROFILES__GPU__CONTEXTS is invalid"),
         ({"EVALBOT_PROFILE": "tpu"}, "EVALBOT_PROFILE must name a profile (cpu, gpu), got 'tpu'"),
         ({"EVALBOT_AUTOMERGE_MIN_TIER": "none"}, "EVALBOT_AUTOMERGE_MIN_TIER must be one of XS, S, M, L, XL"),
         ({"EVALBOT_STALE_AFTER_SECONDS": "5"}, "EVALBOT_STALE_AFTER_SECONDS must exceed heartbeat_seconds"),

@@ -1,4 +1,4 @@
-"""Git: resolving refs, the harness manifest, the pin/overlay, and the harness-changed check."""
+"""Git: resolving refs, the harness manifest and the harness-changed check (the pinned exports: test_sandbox_export)."""
 
 import pytest
 
@@ -46,7 +46,7 @@ def test_harness_source_prefers_the_remote_tip(repo, tmp_path):
 
 def test_manifest_read_from_ref_includes_itself(repo):
     patterns = gitops.read_manifest(repo.path, "main", "harness/HARNESS_PATHS")
-    assert patterns == ["harness/", "bench/prompts/*.txt", "harness/HARNESS_PATHS"]
+    assert patterns == ["harness/", "harness/HARNESS_PATHS"]
     repo.commit("drop manifest", delete=["harness/HARNESS_PATHS"])
     with pytest.raises(HarnessPinError, match="does not exist"):
         gitops.read_manifest(repo.path, "main", "harness/HARNESS_PATHS")
@@ -56,59 +56,11 @@ def test_harness_changes_are_the_heads_own(repo):
     patterns = gitops.read_manifest(repo.path, "main", "harness/HARNESS_PATHS")
     repo.branch("engine-only", knobs={"dspark_speed": 2.0})
     repo.branch("touches-harness", files={"harness/settings.py": "NEW_TOKENS = 1\n"})
-    repo.branch("touches-prompt", files={"bench/prompts/prose.txt": "short\n"})
+    repo.branch("touches-prompt", files={"harness/prompts/prose.txt": "short\n"})
     base = repo.sha("main")
     assert gitops.harness_changes(repo.path, base, repo.sha("engine-only"), patterns) == []
     assert gitops.harness_changes(repo.path, base, repo.sha("touches-harness"), patterns) == ["harness/settings.py"]
-    assert gitops.harness_changes(repo.path, base, repo.sha("touches-prompt"), patterns) == ["bench/prompts/prose.txt"]
+    assert gitops.harness_changes(repo.path, base, repo.sha("touches-prompt"), patterns) == ["harness/prompts/prose.txt"]
     # main moves its harness after the PR branched: not the PR's change (three-dot diff)
-    repo.commit("main: new ruler", files={"harness/settings.py": "# v2\n" + repo.read("harness/settings.py")})
+    repo.commit("main: new ruler", files={"harness/serve.py": "# v2\n" + repo.read("harness/serve.py")})
     assert gitops.harness_changes(repo.path, repo.sha("main"), repo.sha("engine-only"), patterns) == []
-
-
-def test_overlay_gives_an_old_branch_mains_harness(repo, tmp_path):
-    repo.commit("main: helper", files={"harness/old_helper.py": "X = 1\n"})
-    repo.branch("old-pr", knobs={"dspark_speed": 2.0})
-    new_settings = repo.read("harness/settings.py").replace("NEW_TOKENS = 24", "NEW_TOKENS = 12")
-    repo.commit("main: new ruler", files={"harness/settings.py": new_settings}, delete=["harness/old_helper.py"])
-    main_sha = repo.sha("main")
-    patterns = gitops.read_manifest(repo.path, main_sha, "harness/HARNESS_PATHS")
-    expected = gitops.tree_digest(gitops.harness_entries(repo.path, main_sha, patterns))
-    with gitops.worktree(repo.path, repo.sha("old-pr"), tmp_path, "pr") as wt:
-        assert "NEW_TOKENS = 24" in (wt / "harness/settings.py").read_text()
-        digest = gitops.overlay_harness(repo.path, wt, main_sha, patterns)
-        assert digest == expected
-        assert "NEW_TOKENS = 12" in (wt / "harness/settings.py").read_text()
-        assert not (wt / "harness/old_helper.py").exists()  # stale harness file removed
-        assert '"dspark_speed": 2.0' in (wt / "knobs.json").read_text()  # the PR's own code stays
-    assert not (tmp_path / "pr").exists()
-    assert str(tmp_path / "pr") not in repo.git("worktree", "list")
-
-
-def test_verify_overlay_catches_a_tampered_or_extra_file(repo, tmp_path):
-    sha = repo.sha("main")
-    patterns = gitops.read_manifest(repo.path, sha, "harness/HARNESS_PATHS")
-    wanted = gitops.harness_entries(repo.path, sha, patterns)
-    with gitops.worktree(repo.path, sha, tmp_path, "wt") as wt:
-        gitops.verify_overlay(wt, wanted, patterns)
-        (wt / "harness/extra.py").write_text("print('hi')\n")
-        with pytest.raises(HarnessPinError, match="extra.py"):
-            gitops.verify_overlay(wt, wanted, patterns)
-        (wt / "harness/extra.py").unlink()
-        (wt / "harness/score.py").write_text("# changed\n")
-        with pytest.raises(HarnessPinError, match="differs"):
-            gitops.verify_overlay(wt, wanted, patterns)
-
-
-def test_overlay_with_no_matching_file_fails_loudly(repo, tmp_path):
-    sha = repo.sha("main")
-    with gitops.worktree(repo.path, sha, tmp_path, "wt") as wt:
-        with pytest.raises(HarnessPinError, match="matches no file"):
-            gitops.overlay_harness(repo.path, wt, sha, ["nothing/here/"])
-
-
-def test_worktree_is_removed_even_on_error(repo, tmp_path):
-    with pytest.raises(RuntimeError):
-        with gitops.worktree(repo.path, repo.sha("main"), tmp_path, "wt"):
-            raise RuntimeError("boom")
-    assert not (tmp_path / "wt").exists()

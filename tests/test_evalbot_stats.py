@@ -1,68 +1,52 @@
-"""Statistics: pure functions, deterministic, paired by round."""
-
-import math
+"""Statistics: medians, geomeans and the clustered bootstrap interval the tier reads."""
 
 import pytest
 
 from evalbot.decide import stats
 
 
-def test_median_and_mean():
+def test_median_mean_geomean():
     assert stats.median([3.0, 1.0, 2.0]) == 2.0
-    assert stats.median([4.0, 1.0, 2.0, 3.0]) == 2.5
-    assert stats.mean([1.0, 2.0, 6.0]) == 3.0
-    with pytest.raises(ValueError):
-        stats.median([])
-
-
-def test_geomean():
-    assert stats.geomean([2.0, 8.0]) == pytest.approx(4.0)
-    assert stats.geomean([1.1]) == pytest.approx(1.1)
-    with pytest.raises(ValueError):
+    assert stats.mean([1.0, 2.0, 3.0]) == 2.0
+    assert stats.geomean([1.0, 4.0]) == pytest.approx(2.0)
+    for f in (stats.median, stats.mean, stats.geomean):
+        with pytest.raises(ValueError):
+            f([])
+    with pytest.raises(ValueError, match="positive"):
         stats.geomean([1.0, 0.0])
 
 
-def test_paired_ratios_are_pr_over_main_per_round():
-    assert stats.paired_ratios([110.0, 99.0], [100.0, 90.0]) == pytest.approx([1.1, 1.1])
-    with pytest.raises(ValueError):
-        stats.paired_ratios([1.0], [1.0, 2.0])
-    with pytest.raises(ValueError):
-        stats.paired_ratios([1.0], [0.0])
-
-
 def test_bootstrap_is_deterministic_for_a_seed():
-    values = [1.04, 1.06, 1.05, 1.03, 1.07]
-    a = stats.bootstrap_ci(values, resamples=1000, seed=7)
-    b = stats.bootstrap_ci(values, resamples=1000, seed=7)
-    assert a == b
-    lo, hi = a
-    assert min(values) <= lo <= stats.median(values) <= hi <= max(values)
+    v, g = [1.01, 1.05, 0.99, 1.03, 1.02], [0, 1, 2, 3, 4]
+    assert stats.cluster_bootstrap_ci(v, g, seed=3) == stats.cluster_bootstrap_ci(v, g, seed=3)
 
 
-def test_bootstrap_of_few_rounds_spans_them():
-    # With 2 or 3 rounds every resampled median is one of a few values; the 95% interval then
-    # covers all rounds: a tier needs every round to agree, which is the conservative answer.
-    lo, hi = stats.bootstrap_ci([1.02, 1.08, 1.05], resamples=2000, seed=1)
-    assert lo == pytest.approx(1.02) and hi == pytest.approx(1.08)
-
-
-def test_bootstrap_of_one_value_has_zero_width():
-    assert stats.bootstrap_ci([1.1]) == (1.1, 1.1)
+def test_bootstrap_of_few_rounds_spans_them_and_one_value_has_zero_width():
+    lo, hi = stats.cluster_bootstrap_ci([1.0, 1.1], [0, 1])
+    assert lo == pytest.approx(1.0) and hi == pytest.approx(1.1)
+    assert stats.cluster_bootstrap_ci([1.2], [0]) == (1.2, 1.2)
 
 
 def test_bootstrap_narrows_with_agreeing_rounds():
-    tight = stats.bootstrap_ci([1.05 + 0.001 * (i % 3) for i in range(30)], seed=3)
-    loose = stats.bootstrap_ci([1.05 + 0.02 * ((i % 5) - 2) for i in range(30)], seed=3)
-    assert tight[1] - tight[0] < loose[1] - loose[0]
+    wide = stats.cluster_bootstrap_ci([0.9, 1.1, 1.0, 0.95, 1.05], range(5))
+    narrow = stats.cluster_bootstrap_ci([1.0, 1.001, 0.999, 1.0, 1.0005], range(5))
+    assert narrow[1] - narrow[0] < wide[1] - wide[0]
 
 
-def test_bootstrap_rejects_bad_confidence():
-    with pytest.raises(ValueError):
-        stats.bootstrap_ci([1.0, 2.0], confidence=1.0)
+def test_groups_resample_as_units():
+    """Rounds of one pairing move together: ten agreeing rounds in two pairings that disagree give the
+    interval of two samples, not of ten."""
+    v = [1.0] * 5 + [1.2] * 5
+    lo, hi = stats.cluster_bootstrap_ci(v, [0] * 5 + [1] * 5)
+    assert lo == pytest.approx(1.0) and hi == pytest.approx(1.2)
+    flat = stats.cluster_bootstrap_ci(v, list(range(10)))
+    assert flat[1] - flat[0] <= hi - lo
 
 
-def test_max_abs_deviation_and_rel_close():
-    assert stats.max_abs_deviation([0.99, 1.02, 1.0]) == pytest.approx(0.02)
-    assert stats.rel_close(101.0, 100.0, 0.01)
-    assert not stats.rel_close(101.1, 100.0, 0.01)
-    assert math.isclose(stats.max_abs_deviation([1.0]), 0.0)
+def test_bootstrap_argument_errors():
+    with pytest.raises(ValueError, match="confidence"):
+        stats.cluster_bootstrap_ci([1.0, 2.0], [0, 1], confidence=1.0)
+    with pytest.raises(ValueError, match="one group label per value"):
+        stats.cluster_bootstrap_ci([1.0, 2.0], [0])
+    with pytest.raises(ValueError, match="no values"):
+        stats.cluster_bootstrap_ci([], [])

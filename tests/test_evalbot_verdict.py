@@ -4,10 +4,11 @@ import random
 
 import pytest
 
-from evalbot.decide.integrity import Finding, IntegrityReport
-from evalbot.decide.reverify import ReverifySummary
+from evalbot.decide.integrity import IntegrityReport
+from evalbot.decide.records import Finding
+from evalbot.decide.verdict import (compute_speedup, decide, infrastructure_error, not_evaluated_harness_changed,
+                                    not_evaluated_needs_rebase)
 from evalbot.testing import builders as b
-from evalbot.decide.verdict import compute_speedup, decide, infrastructure_error, not_evaluated_harness_changed
 
 S = b.settings()
 
@@ -50,7 +51,7 @@ def test_one_round_gives_no_tier():
 
 
 def test_any_failed_gate_rejects_whatever_the_speedup():
-    m = b.measurements([1.3, 1.3, 1.3], contexts=[b.context(speedups=[1.3, 1.3, 1.3], lossless=8)])
+    m = b.measurements([1.3, 1.3, 1.3], cells=[b.cell(speedups=[1.3, 1.3, 1.3], verified=8)])
     v = decide(m, S)
     assert v.status == "rejected" and v.tier == "REJECT"
     assert v.labels == ["eval-dspark:REJECT", "eval:REJECT"]
@@ -59,36 +60,34 @@ def test_any_failed_gate_rejects_whatever_the_speedup():
 
 
 def test_missing_metric_rejects_fail_closed():
-    v = decide(b.measurements([1.1, 1.1, 1.1], compare=None), S)
+    v = decide(b.measurements([1.1, 1.1, 1.1], accuracy_summary=None), S)
     assert v.tier == "REJECT" and "accuracy" in v.reason
 
 
-def test_workload_mismatch_is_an_infrastructure_error():
-    report = IntegrityReport(findings=[Finding(ref="head", kind="workload", message="prompt differs")])
+def test_the_bots_own_environment_failing_is_an_infrastructure_error():
+    report = IntegrityReport(findings=[Finding(ref=None, where="sandbox", message="cannot start a harness server")])
     v = decide(b.measurements([1.1] * 3, integrity=report), S)
-    assert v.status == "infra_error" and v.tier is None and v.labels == []
+    assert v.status == "infra_error" and v.tier is None and v.labels == [] and v.infra.where == "sandbox"
 
 
 def test_main_failing_its_own_checks_is_an_infrastructure_error_not_a_reject():
-    report = IntegrityReport(findings=[Finding(ref="base", message="implausible timings: ...")])
+    report = IntegrityReport(findings=[Finding(ref="base", where="generate (main process 1)", message="exited",
+                                               stderr_tail="Traceback")])
     v = decide(b.measurements([1.1] * 3, integrity=report), S)
-    assert v.status == "infra_error" and "main's own results" in v.reason
+    assert v.status == "infra_error" and "main's own process" in v.reason and v.infra.stderr_tail == "Traceback"
 
 
-def test_a_broken_reverifier_is_an_infrastructure_error():
-    v = decide(b.measurements([1.1] * 3, reverify=ReverifySummary(status="error", error="boom")), S)
-    assert v.status == "infra_error"
+def test_mains_own_streams_not_being_its_continuation_is_an_infrastructure_error():
+    c = b.cell().model_copy(update={"main_verified": 8, "main_streams": 9})
+    v = decide(b.measurements([1.1] * 3, cells=[c]), S)
+    assert v.status == "infra_error" and "the ruler is broken" in v.reason
 
 
-def test_failed_reverify_rejects():
-    v = decide(b.measurements([1.1] * 3, reverify=ReverifySummary(status="failed", failures=["x"])), S)
-    assert v.tier == "REJECT"
-
-
-def test_head_integrity_finding_rejects_with_its_reason():
-    report = IntegrityReport(findings=[Finding(ref="head", message="implausible timings: too fast")])
+def test_pr_side_findings_reject_with_their_reason_never_infra():
+    report = IntegrityReport(findings=[Finding(ref="head", where="generate (PR process 2)",
+                                               message="the process exited (or closed its pipes) during generate")])
     v = decide(b.measurements([1.5] * 3, integrity=report), S)
-    assert v.tier == "REJECT" and "implausible timings" in v.reason
+    assert v.status == "rejected" and v.tier == "REJECT" and "exited" in v.reason
 
 
 def test_speedup_is_median_with_bootstrap_ci():
@@ -98,6 +97,16 @@ def test_speedup_is_median_with_bootstrap_ci():
     assert sp.ci_low_pct == pytest.approx(5.0) and sp.ci_high_pct == pytest.approx(10.0)
 
 
+def test_rounds_of_one_pairing_count_as_one_sample_of_process_variance():
+    """Six rounds, but two pairings whose processes differ: the interval resamples pairings, so it spans
+    the gap between them instead of reading six agreeing rounds."""
+    rounds = [1.10, 1.10, 1.10, 1.00, 1.00, 1.00]
+    clustered = compute_speedup(b.measurements(rounds, groups=[0, 0, 0, 1, 1, 1]), S)
+    independent = compute_speedup(b.measurements(rounds, groups=[0, 1, 2, 3, 4, 5]), S)
+    assert clustered.ci_low_pct == pytest.approx(0.0) and clustered.ci_high_pct == pytest.approx(10.0)
+    assert clustered.ci_high_pct - clustered.ci_low_pct >= independent.ci_high_pct - independent.ci_low_pct
+
+
 def test_aa_never_rejects_and_never_wins_a_tier():
     rng = random.Random(11)
     for _ in range(200):
@@ -105,8 +114,8 @@ def test_aa_never_rejects_and_never_wins_a_tier():
         rounds = [1 + rng.uniform(-noise, noise) for _ in range(rng.choice([2, 3, 5]))]
         ar = [1 + rng.uniform(-noise, noise) for _ in rounds]
         m = b.measurements(
-            rounds, contexts=[b.context(speedups=rounds, ar_ratios=ar)],
-            guards=[b.guard("g", decode=[1 + rng.uniform(-noise, noise) for _ in rounds],
+            rounds, cells=[b.cell(speedups=rounds, ar_ratios=ar)],
+            guards=[b.guard("g", generation=[1 + rng.uniform(-noise, noise) for _ in rounds],
                             prefill=[1 + rng.uniform(-noise, noise) for _ in rounds])],
             noise_floor=b.noise(noise, calibrated=True),
         )
@@ -120,5 +129,7 @@ def test_not_evaluated_and_infra_constructors():
     assert v.status == "not_evaluated" and v.tier is None and v.labels == []
     assert v.reason == "not evaluated: harness changed"
     assert v.changed_harness_paths == ["harness/HARNESS_PATHS", "harness/score.py"]
-    e = infrastructure_error("round 1: tau_check (PR)", "timed out after 60 s", "tail")
+    e = infrastructure_error("main's side: generate (main process 1)", "no complete answer within 60 s", "tail")
     assert e.status == "infra_error" and e.infra.stderr_tail == "tail"
+    r = not_evaluated_needs_rebase(["engine/model.py"], "dspark-needs-rebase")
+    assert r.status == "not_evaluated" and r.labels == ["dspark-needs-rebase"] and "rebase" in r.reason

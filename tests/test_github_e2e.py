@@ -23,14 +23,14 @@ from evalbot.bot.jobs.ledger import DONE
 from evalbot.bot.jobs.queue import JobQueue
 from evalbot.bot.webhook.app import create_app
 from evalbot.settings import load_settings
-from evalbot.testing import make_fake_repo
+from evalbot.testing import fake_config_toml, make_fake_repo
 from evalbot.bot.worker.main import build_worker
 from evalbot.bot.worker.secrets import SECRET_ENV_VARS, scrub_secrets_from_environment
 from fakegithub import FakeGitHub
 from fakegithub.helpers import SECRET, payload, post_event
 
 REPO = "octo/dspark"
-BOX_CONFIG = 'box = "e2e-box"\n[stats]\ndefault_noise_floor = 0.05\n'  # sleep-timed fake harness: allow 5% noise
+BOX_CONFIG = 'box = "e2e-box"\n' + fake_config_toml()  # the fake harness's profile; a floor for sleep-timed fakes
 
 
 def git(cwd, *args):
@@ -91,7 +91,7 @@ def test_signed_webhook_to_published_score(tmp_path, github):
     assert record.state == DONE, record.note
     assert sorted(github.labels_on(REPO, 1)) == ["eval-dspark:XL", "eval:XL"]
     (card,) = github.comments_on(REPO, 1)
-    assert card["body"].startswith(f"{SCORECARD_MARKER_PREFIX} v=1 head={head} -->")
+    assert card["body"].startswith(f"{SCORECARD_MARKER_PREFIX} v=2 head={head} -->")
     (run,) = github.check_runs_for(REPO, head)
     assert run["name"] == CHECK_NAME and run["status"] == "completed" and run["conclusion"] == "success"
     assert run["history"][:2] == ["queued", "in_progress"]
@@ -108,28 +108,25 @@ def test_prs_that_must_not_win(tmp_path, github, monkeypatch):
         monkeypatch.setenv(name, value)
     bot = Deployment(tmp_path, github)
     scrub_secrets_from_environment()  # as `evalbot worker` does at start
-    dump = tmp_path / "env-dump"
     harness_edit = bot.open_pull(2, "edit-the-ruler", knobs={"dspark_speed": 2.5},
-                                 files={"harness/tau_check.py": "print('trust me')\n"})
-    canned = bot.open_pull(3, "canned-results", knobs={"canned": True})
-    snooper = bot.open_pull(4, "read-the-env", knobs={"env_dump": str(dump), "dspark_speed": 1.3})
+                                 files={"harness/serve.py": "print('trust me')\n"})
+    instant = bot.open_pull(3, "answers-without-computing", knobs={"instant": True})
+    snooper = bot.open_pull(4, "read-the-env", knobs={"secret_probe": "s3cr3t-", "dspark_speed": 1.3})
     bot.run()
 
     assert github.labels_on(REPO, 2) == []  # not evaluated: main's harness is the only ruler
     (run,) = github.check_runs_for(REPO, harness_edit)
     assert run["conclusion"] == "action_required" and "harness changed" in run["output"]["title"]  # never passes
 
-    assert not any(label.startswith("eval") for label in github.labels_on(REPO, 3))
-    (run,) = github.check_runs_for(REPO, canned)
-    assert run["conclusion"] == "cancelled" and "infrastructure error" in run["output"]["title"]  # never passes
+    assert "eval-dspark:REJECT" in github.labels_on(REPO, 3)  # faster than the work could be: not computed
+    (run,) = github.check_runs_for(REPO, instant)
+    assert run["conclusion"] == "failure"
 
-    dumps = [json.loads(p.read_text()) for p in dump.iterdir()]
-    assert dumps, "the snooping PR ran"
-    for env in dumps:
-        assert not set(secrets.values()) & set(env.values())
-        assert not set(secrets) & set(env)
+    # the snooper looked through its environment, every /proc it could see, $HOME and /tmp for the
+    # secrets the bot holds, and would have exited naming the place: it found none and was scored
     (run,) = github.check_runs_for(REPO, snooper)
-    assert run["status"] == "completed"
+    assert run["status"] == "completed" and run["conclusion"] == "success", run["output"]
+    assert any(label.startswith("eval-dspark:") and label != "eval-dspark:REJECT" for label in github.labels_on(REPO, 4))
 
 
 @pytest.mark.slow

@@ -13,11 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from evalbot.decide.contract import parse_output
-from harness.compare import compare
 from harness.prompts import PROMPT_NAMES, ShortCorpusError, exact_prompt, load_text, token_digest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def parse_lines(stdout: str, kind: str, nonce: str) -> list[dict]:
+    """The result lines of a harness tool (tau_check, guard): JSON, one per line, each with the nonce."""
+    lines = [json.loads(x) for x in stdout.splitlines() if x.strip()]
+    assert lines and all(ln["kind"] == kind and ln["nonce"] == nonce for ln in lines), stdout[-2000:]
+    return lines
 
 
 def run_harness(module: str, *args: str, nonce: str = "n0nce", env_extra: dict | None = None, cwd: Path = ROOT):
@@ -29,66 +34,28 @@ def run_harness(module: str, *args: str, nonce: str = "n0nce", env_extra: dict |
 
 
 @pytest.mark.slow
-def test_tau_check_output_parses_under_the_contract():
+def test_tau_check_reports_lossless_cells():
     p = run_harness("harness.tau_check", "--profile", "cpu", "--contexts", "48", "--prompts", "code,prose", "--reps", "3", "--new-tokens", "6")
     assert p.returncode == 0, p.stderr[-2000:]
-    lines = parse_output(p.stdout, "tau_check", "n0nce")
-    assert {(ln.prompt, ln.ctx) for ln in lines} == {("code", 48), ("prose", 48)}
+    lines = parse_lines(p.stdout, "tau_check", "n0nce")
+    assert {(ln["prompt"], ln["ctx"]) for ln in lines} == {("code", 48), ("prose", 48)}
     for ln in lines:
-        assert ln.lossless and ln.lossless_runs == ln.runs == 3
-        assert len(ln.ar_tokens) == 6 and all(s == ln.ar_tokens for s in ln.dspark_tokens)
-        assert ln.block_size == 7 and len(ln.accept_hist) == 8
+        assert ln["lossless"] and ln["lossless_runs"] == ln["runs"] == 3
+        assert len(ln["ar_tokens"]) == 6 and all(s == ln["ar_tokens"] for s in ln["dspark_tokens"])
+        hist = ln["accept_hist"]
+        assert ln["block_size"] == 7 and len(hist) == 8
         # every token after the prefill's first one was committed by a verify step in the histogram
-        assert sum(k * c for k, c in enumerate(ln.accept_hist)) >= (6 - 1) * 3
-        assert ln.tau == pytest.approx(sum(k * c for k, c in enumerate(ln.accept_hist)) / sum(ln.accept_hist))
-        assert math.isclose(ln.ar_tps, 6 / ln.ar_decode_s, rel_tol=1e-6)
-        assert ln.prompt_sha256 == token_digest(exact_prompt(_tokenizer(), ln.prompt, 48))
+        assert sum(k * c for k, c in enumerate(hist)) >= (6 - 1) * 3
+        assert ln["tau"] == pytest.approx(sum(k * c for k, c in enumerate(hist)) / sum(hist))
+        assert ln["prompt_sha256"] == token_digest(exact_prompt(_tokenizer(), ln["prompt"], 48))
 
 
 @pytest.mark.slow
-def test_guard_and_score_outputs_parse():
+def test_guard_tool_measures_both_shapes():
     p = run_harness("harness.guard", "--profile", "cpu", "--reps", "2")
     assert p.returncode == 0, p.stderr[-2000:]
-    guards = parse_output(p.stdout, "guard", "n0nce")
-    assert {g.guard for g in guards} == {"qwen3-tiny-shape", "llama-3.2-tiny-shape"}
-    assert all(g.reps == 2 and len(g.decode_tps_reps) == 2 for g in guards)
-
-
-@pytest.mark.slow
-def test_score_and_compare(tmp_path):
-    out = tmp_path / "main.json"
-    p = run_harness("harness.score", "--profile", "cpu", "--out", str(out))
-    assert p.returncode == 0, p.stderr[-2000:]
-    (line,) = parse_output(p.stdout, "score", "n0nce")
-    assert line.positions >= 512
-    dump = json.loads(out.read_text())
-    assert len(dump["tokens"]) == len(dump["topk_ids"]) == line.positions and len(dump["topk_ids"][0]) == 128
-    same = compare(dump, dump)
-    assert same["top1"] == 1.0 and same["kl"] == pytest.approx(0.0, abs=1e-9) and same["ppl_main"] == same["ppl_pr"]
-    c = run_harness("harness.compare", str(out), str(out))
-    (cl,) = parse_output(c.stdout, "compare", "n0nce")
-    assert cl.top1 == 1.0 and cl.positions == line.positions
-
-
-def test_compare_math():
-    def dump(ids, lps, tok_lp):
-        return {"schema": "dspark-score/1", "tokens": [5, 6], "topk_ids": ids, "topk_logprobs": lps, "token_logprob": tok_lp}
-
-    main = dump([[1, 2], [3, 4]], [[math.log(0.75), math.log(0.25)], [math.log(0.5), math.log(0.5)]], [math.log(0.5)] * 2)
-    pr = dump([[2, 1], [3, 9]], [[math.log(0.6), math.log(0.4)], [math.log(1.0), -50.0]], [math.log(0.25)] * 2)
-    r = compare(main, pr)
-    assert r["top1"] == 0.5  # position 0 disagrees (1 vs 2), position 1 agrees (3)
-    kl0 = 0.75 * math.log(0.75 / 0.4) + 0.25 * math.log(0.25 / 0.6)
-    # position 1: union {3, 4, 9}; main lacks 9 (-20), PR lacks 4 (-20) and its 9 is floored to -20 too
-    la = [math.log(0.5), math.log(0.5), -20.0]
-    lb = [0.0, -20.0, -20.0]
-    za = math.log(sum(math.exp(x) for x in la))
-    zb = math.log(sum(math.exp(x) for x in lb))
-    kl1 = sum(math.exp(x - za) * ((x - za) - (y - zb)) for x, y in zip(la, lb))
-    assert r["kl"] == pytest.approx((kl0 + kl1) / 2, rel=1e-9)
-    assert r["ppl_main"] == pytest.approx(2.0) and r["ppl_pr"] == pytest.approx(4.0)
-    with pytest.raises(ValueError, match="different texts"):
-        compare(main, dict(pr, tokens=[7, 8]))
+    guards = parse_lines(p.stdout, "guard", "n0nce")
+    assert {g["guard"] for g in guards} == {"qwen3-tiny-shape", "llama-3.2-tiny-shape"}
 
 
 def _tokenizer():
@@ -114,8 +81,8 @@ def test_prompts_are_real_text_cut_to_exact_lengths(bundled):
 def test_a_short_corpus_is_an_error_line_not_a_result():
     p = run_harness("harness.tau_check", "--profile", "cpu", "--contexts", "2000000", "--prompts", "prose", "--reps", "1")
     assert p.returncode != 0
-    (line,) = [json.loads(x) for x in p.stdout.splitlines() if x.strip()]
-    assert line["kind"] == "error" and "fewer than" in line["reason"] and line["nonce"] == "n0nce"
+    (line,) = parse_lines(p.stdout, "error", "n0nce")
+    assert "fewer than" in line["reason"]
 
 
 @pytest.mark.slow
@@ -167,40 +134,101 @@ def test_nondeterministic_ar_is_an_error_not_a_result(tmp_path):
     assert "AR decode is not deterministic" in lines[0]["reason"] and "at token 2" in lines[0]["reason"]
 
 
-@pytest.mark.slow
-def test_a_lossy_engine_reads_as_lossy(bundled, monkeypatch):
-    """Commit every draft without checking it (the shortcut a fast-but-wrong PR takes): the harness
-    must report lossless = false, and the run is still a full result (not an error)."""
-    import argparse
-
-    import engine.model as model_mod
-    import kernels.greedy_commit as gc
-    from harness import tau_check
-
-    def accept_everything(logits, tokens, positions, kv_end, out_tokens, state, m):
-        t = logits[:m].float().argmax(-1)
-        n = int(state[0])
-        committed = list(tokens[1:m].tolist()) + [int(t[m - 1])]  # the drafts, unverified, plus a bonus
-        out_tokens[n : n + m] = __import__("torch").tensor(committed, dtype=out_tokens.dtype)
-        base = int(state[1]) + m
-        tokens[0] = committed[-1]
-        positions.copy_(__import__("torch").arange(base, base + positions.shape[0], dtype=positions.dtype))
-        kv_end.copy_(positions + 1)
-        state[4] = state[1]
-        state[0], state[1], state[2] = n + m, base, m - 1
-        state[3] += 1
-
-    monkeypatch.setattr(gc, "greedy_commit_reference", accept_everything)
-    monkeypatch.setattr(model_mod, "greedy_commit_reference", accept_everything)
-    monkeypatch.setattr("engine.loader.load_model", lambda path=None: bundled)
-    monkeypatch.setattr("engine.generate.load_model", lambda path=None: bundled)
-    args = argparse.Namespace(profile="cpu", contexts="96", prompts="code", reps=3, new_tokens=12, model=None, drafter=None, nonce="x")
-    (raw,) = tau_check.measure(args)
-    line = json.loads(raw)
-    assert line["lossless"] is False and line["lossless_runs"] < 3
-    assert any(s != line["ar_tokens"] for s in line["dspark_tokens"])
-
-
 def test_manifest_pins_the_harness_itself():
     entries = [x.strip() for x in (ROOT / "harness" / "HARNESS_PATHS").read_text().splitlines() if x.strip() and not x.startswith("#")]
     assert "harness/" in entries  # code, prompts and the manifest itself
+
+
+# -- the server (harness/serve.py, contract dspark-harness/2) ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server():
+    """The real server over the bundled model on CPU, talked to by the bot's own client."""
+    from evalbot.measure.client import ServerClient
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DSPARK_HARNESS")}
+    env["PYTHONPATH"] = str(ROOT)
+    proc = subprocess.Popen([sys.executable, "-m", "harness.serve"], cwd=ROOT, env=env, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    client = ServerClient(proc.stdin, proc.stdout, "test", "n0nce")
+    try:
+        client.hello(300)
+        yield client
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_serve_greedy_dspark_equals_ar_and_main_verifies_it(server, bundled):
+    info = server.info
+    assert info["model_sha256"] == bundled.sha256 and info["block_size"] == 7 and info["device"] == "cpu"
+    prompt = exact_prompt(bundled.tokenizer, "code", 64)
+    ask = {"op": "generate", "model": "main", "prompt": prompt, "new_tokens": 12}
+    ar = server.request({**ask, "mode": "ar"}, expect="generation", timeout=300).head
+    ds = server.request({**ask, "mode": "dspark"}, expect="generation", timeout=300).head
+    assert len(ar["tokens"]) == 12 and ds["tokens"] == ar["tokens"]
+    assert sum(k * c for k, c in enumerate(ds["stats"]["accept_hist"])) >= 11
+    v = server.request({"op": "verify", "prompt": prompt, "tokens": ar["tokens"]}, expect="verify", timeout=300).head
+    assert v["argmax"] == ar["tokens"] and all(g == 0 for g in v["gap"])
+    # a stream that is not main's greedy continuation is caught, at the first wrong token
+    wrong = list(ar["tokens"])
+    wrong[5] = (wrong[5] + 1) % info["vocab_size"]
+    v = server.request({"op": "verify", "prompt": prompt, "tokens": wrong}, expect="verify", timeout=300).head
+    assert v["argmax"][:5] == wrong[:5] and v["argmax"][5] != wrong[5] and v["gap"][5] > 0
+
+
+def test_serve_logprobs_are_the_full_vocabulary_in_float32(server, bundled):
+    import numpy as np
+
+    ids = exact_prompt(bundled.tokenizer, "prose", 40)
+    r = server.request({"op": "logprobs", "prompt": ids, "start": 32}, expect="logprobs", timeout=300,
+                       max_payload=8 * 49152 * 4)
+    head = r.head
+    assert head["positions"] == 8 and head["vocab"] == server.info["vocab_size"] and head["dtype"] == "float32"
+    lp = np.frombuffer(r.payload, dtype=np.float32).reshape(8, head["vocab"])
+    assert np.allclose(np.exp(lp.astype(np.float64)).sum(-1), 1.0, atol=1e-3)
+
+
+def test_serve_guards_and_errors_keep_it_serving(server):
+    from evalbot.measure.client import ProtocolViolation
+
+    g = server.request({"op": "load_guard", "name": "qwen3-tiny-shape", "max_seq_len": 128}, expect="guard", timeout=300).head
+    assert g["vocab_size"] > 1
+    out = server.request({"op": "generate", "mode": "ar", "model": "guard:qwen3-tiny-shape", "prompt": [1, 2, 3, 4],
+                          "new_tokens": 3}, expect="generation", timeout=300).head
+    assert len(out["tokens"]) == 3
+    with pytest.raises(ProtocolViolation, match="unknown op 'frobnicate'"):
+        server.request({"op": "frobnicate"}, expect="ready", timeout=60)
+    with pytest.raises(ProtocolViolation, match="mode must be ar or dspark"):
+        server.request({"op": "generate", "mode": "fast", "prompt": [1], "new_tokens": 1}, expect="generation", timeout=60)
+    assert server.request({"op": "hello", "nonce": "n0nce"}, expect="ready", timeout=60).head["nonce"] == "n0nce"
+
+
+def test_serve_keeps_engine_prints_off_the_protocol(tmp_path):
+    """Whatever the engine prints (Python's print, a C library's write to fd 1) reaches stderr."""
+    from evalbot.measure.client import ServerClient
+
+    (tmp_path / "sitecustomize.py").write_text(textwrap.dedent("""
+        import os, engine.generate as g
+        _orig = g.Engine.generate
+        def generate(self, *a, **k):
+            print("progress: 50%")
+            os.write(1, b"raw write to fd 1\\n")
+            return _orig(self, *a, **k)
+        g.Engine.generate = generate
+    """))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DSPARK_HARNESS")}
+    env["PYTHONPATH"] = f"{ROOT}{os.pathsep}{tmp_path}"
+    proc = subprocess.Popen([sys.executable, "-m", "harness.serve"], cwd=ROOT, env=env, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        client = ServerClient(proc.stdin, proc.stdout, "t", "k")
+        client.hello(300)
+        r = client.request({"op": "generate", "mode": "ar", "prompt": [1, 2, 3], "new_tokens": 2}, expect="generation",
+                           timeout=300)
+        assert len(r.head["tokens"]) == 2 and client.unread() == 0
+    finally:
+        proc.kill()
+        _, err = proc.communicate()
+    assert b"progress: 50%" in err and b"raw write to fd 1" in err

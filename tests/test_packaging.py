@@ -36,7 +36,7 @@ RENDER = textwrap.dedent("""
     m = b.measurements([1.2, 1.21, 1.19])
     outcome = ScoreOutcome(
         repo="r", base_ref="main", head_ref="pr", base_sha="b" * 40, head_sha="a" * 40, harness_ref="main",
-        harness_sha="b" * 40, profile="gpu", rounds=3, reps=3, box="box", verdict=decide(m, b.settings()),
+        harness_sha="b" * 40, profile="gpu", rounds=3, box="box", verdict=decide(m, b.settings()),
         measurements=m, started_at="2026-01-01T00:00:00Z",
     )
     print(render_scorecard(outcome))
@@ -69,7 +69,7 @@ def test_a_built_wheel_renders_a_scorecard(tmp_path):
     done = subprocess.run([sys.executable, "-c", RENDER, str(tmp_path / "installed")], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.startswith("<!-- dspark-evalbot:scorecard v=1 head=" + "a" * 40)
+    assert done.stdout.startswith("<!-- dspark-evalbot:scorecard v=2 head=" + "a" * 40)
     assert "### DSpark eval — eval-dspark:XL" in done.stdout and "profile | `gpu`" in done.stdout
     assert "torch imported: False" in done.stdout
 

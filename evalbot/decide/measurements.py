@@ -1,81 +1,107 @@
-"""From run records to `Measurements`: the plain data the decision core (gates, tier) reads.
+"""From a campaign's records to `Measurements`: the plain data the decision core (gates, tier) reads.
 
-Pure: no I/O. Throughput values are medians over rounds; ratios are per round (PR / main within
-the same ABBA round). Losslessness is the parent's own count (`integrity.verified_lossless_runs`).
+Pure: no I/O. Every speed a gate or tier reads is the bot's own clock around one request, end to end
+(prefill + the requested new tokens): `new_tokens / bot_s`. The unit of replication is the round (one
+pair of processes, every cell on fresh windows measured by both, back to back): a round's ratio is
+main's seconds over the PR's on the same window (> 1: the PR is faster). What a process said about
+its own decode time and tau is summarised apart, as `reported_*`: shown on the scorecard, never gated.
 A metric that was not measured stays None / empty, and the gates fail closed on it.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
-from evalbot.decide.contract import CompareLine, GuardLine, TauCheckLine
-from evalbot.decide.integrity import IntegrityReport, claimed_decode_s, first_divergence, verified_lossless_runs
+from evalbot.decide.accuracy import AccuracySummary
+from evalbot.decide.integrity import IntegrityReport, check_records, first_divergence
 from evalbot.decide.noise import NoiseFloor
-from evalbot.decide.records import RunRecord
-from evalbot.decide.reverify import ReverifySummary
+from evalbot.decide.records import Generation, Records, StopReason
 from evalbot.decide.stats import geomean, mean, median
+from evalbot.settings import IntegritySettings
 
 
-class ContextSummary(BaseModel):
-    prompt: str
+def format_ctx(ctx: int) -> str:
+    return f"{ctx // 1024}k" if ctx >= 1024 and ctx % 1024 == 0 else str(ctx)
+
+
+class CellSummary(BaseModel):
+    corpus: str
     ctx: int
-    new_tokens: int | None = None
-    block_size: int | None = None
+    new_tokens: int = 0
+    # bot-timed, end to end, medians over rounds (tok/s = new_tokens / bot seconds)
     pr_dspark_tps: float | None = None
     main_dspark_tps: float | None = None
-    dspark_ratios: list[float] = Field(default_factory=list)  # per round, PR / main
     pr_ar_tps: float | None = None
     main_ar_tps: float | None = None
+    dspark_ratios: list[float] = Field(default_factory=list)  # per round: main s / PR s on one window
     ar_ratios: list[float] = Field(default_factory=list)
-    pr_prefill_tps: float | None = None
-    main_prefill_tps: float | None = None
+    # what the processes reported about themselves (decode only, their own clocks): never gated
+    pr_reported_dspark_tps: float | None = None
+    main_reported_dspark_tps: float | None = None
+    pr_reported_ar_tps: float | None = None
+    main_reported_ar_tps: float | None = None
     pr_tau: float | None = None
     main_tau: float | None = None
-    pr_runs: int = 0  # DSpark runs the PR made, all rounds
-    pr_lossless_runs: int = 0  # of those, identical to the PR's AR stream (parent-verified)
-    main_runs: int = 0
-    main_lossless_runs: int = 0
-    ar_matches_main: bool | None = None  # PR's AR stream == main's, every round (reported only)
+    block_size: int | None = None
+    # losslessness: every DSpark stream teacher-forced by main's engine in main's process
+    pr_streams: int = 0
+    pr_verified: int = 0
+    pr_near_ties: int = 0  # tokens that differ from main's argmax within the near-tie tolerance
+    main_streams: int = 0
+    main_verified: int = 0
+    # the PR's AR streams against main's on the same windows (reported, not gated)
+    ar_compared: int = 0
+    ar_equal: int = 0
     ar_first_divergence: int | None = None
-    pr_ar_stable: bool | None = None  # PR's AR stream identical across rounds
 
     @property
     def name(self) -> str:
-        return f"{self.prompt}@{format_ctx(self.ctx)}"
+        return f"{self.corpus}@{format_ctx(self.ctx)}"
 
 
 class GuardSummary(BaseModel):
     guard: str
     ctx: int
-    pr_decode_tps: float | None = None
-    main_decode_tps: float | None = None
-    pr_prefill_tps: float | None = None
+    new_tokens: int = 0
+    pr_generation_tps: float | None = None  # new tokens / bot seconds, prefill at ctx included
+    main_generation_tps: float | None = None
+    pr_prefill_tps: float | None = None  # ctx / bot seconds of a one-token request
     main_prefill_tps: float | None = None
-    decode_ratios: list[float] = Field(default_factory=list)
+    generation_ratios: list[float] = Field(default_factory=list)
     prefill_ratios: list[float] = Field(default_factory=list)
 
 
-class RoundWall(BaseModel):
+class RoundSummary(BaseModel):
     round: int
-    order: str  # "main, PR" or "PR, main"
-    main_wall_s: float | None = None
-    pr_wall_s: float | None = None
-    main_claimed_decode_s: float | None = None
-    pr_claimed_decode_s: float | None = None
+    pairing: int
+    main_process: int
+    pr_process: int
+    dspark_ratio: float | None = None  # geomean over cells
+
+
+class ClockCheck(BaseModel):
+    """The processes' own timings held against the bot's clock (per ref: median reported / bot)."""
+
+    pr_reported_over_bot: float | None = None
+    main_reported_over_bot: float | None = None
+    flagged: bool = False  # the PR's own clock disagrees with the bot's beyond main's and the noise
+    detail: str = ""
 
 
 class Measurements(BaseModel):
     profile: str
     rounds: int
-    requested_reps: int
-    contexts: list[ContextSummary] = Field(default_factory=list)
+    processes_per_ref: int
+    cells: list[CellSummary] = Field(default_factory=list)
     guards: list[GuardSummary] = Field(default_factory=list)
-    speedup_rounds: list[float] = Field(default_factory=list)  # per round: geomean over contexts of PR/main DSpark tps
-    compare: CompareLine | None = None
-    walls: list[RoundWall] = Field(default_factory=list)
+    round_summaries: list[RoundSummary] = Field(default_factory=list)
+    speedup_rounds: list[float] = Field(default_factory=list)  # per round: geomean over cells (DSpark)
+    speedup_groups: list[int] = Field(default_factory=list)  # the pairing of each of those rounds
+    accuracy: AccuracySummary | None = None
+    clock: ClockCheck = Field(default_factory=ClockCheck)
     device: str = ""
     torch: str = ""
     triton: str = ""
@@ -83,146 +109,154 @@ class Measurements(BaseModel):
     drafter_sha256: str = ""
     main_drafter_sha256: str = ""
     integrity: IntegrityReport = Field(default_factory=IntegrityReport)
-    reverify: ReverifySummary = Field(default_factory=ReverifySummary)
+    verify_tolerance: float = 0.0
+    stop: StopReason | None = None
+    seed: int = 0
+    sandbox: str = ""
+    freezer: str = ""
+    wall_s: float = 0.0
     noise: NoiseFloor
 
 
-def format_ctx(ctx: int) -> str:
-    return f"{ctx // 1024}k" if ctx >= 1024 and ctx % 1024 == 0 else str(ctx)
-
-
-def _tau_by_round(records: Sequence[RunRecord], ref: str) -> dict[int, dict[tuple[str, int], TauCheckLine]]:
-    out: dict[int, dict[tuple[str, int], TauCheckLine]] = {}
-    for rec in records:
-        if rec.program == "tau_check" and rec.ref == ref and rec.ok:
-            out[rec.round] = {line.context_key: line for line in rec.tau_lines()}
-    return out
-
-
-def _guard_by_round(records: Sequence[RunRecord], ref: str) -> dict[int, dict[str, GuardLine]]:
-    out: dict[int, dict[str, GuardLine]] = {}
-    for rec in records:
-        if rec.program == "guard" and rec.ref == ref and rec.ok:
-            out[rec.round] = {line.guard: line for line in rec.guard_lines()}
-    return out
-
-
-def _med(values: list[float]) -> float | None:
+def _med(values: Sequence[float]) -> float | None:
     return median(values) if values else None
 
 
-def _summarize_context(key: tuple[str, int], pr: dict, main: dict) -> ContextSummary:
-    rounds = sorted(set(pr) | set(main))
-    pr_lines = [pr[r][key] for r in rounds if key in pr.get(r, {})]
-    main_lines = [main[r][key] for r in rounds if key in main.get(r, {})]
-    paired = [(pr[r][key], main[r][key]) for r in rounds if key in pr.get(r, {}) and key in main.get(r, {})]
-    any_line = (pr_lines or main_lines)[0]
-    s = ContextSummary(prompt=key[0], ctx=key[1], new_tokens=any_line.new_tokens, block_size=any_line.block_size)
-    if pr_lines:
-        s.pr_dspark_tps = median([x.dspark_tps for x in pr_lines])
-        s.pr_ar_tps = median([x.ar_tps for x in pr_lines])
-        s.pr_prefill_tps = median([x.prefill_tps for x in pr_lines])
-        s.pr_tau = mean([x.tau for x in pr_lines])
-        s.pr_runs = sum(x.runs for x in pr_lines)
-        s.pr_lossless_runs = sum(verified_lossless_runs(x) for x in pr_lines)
-        s.pr_ar_stable = all(list(x.ar_tokens) == list(pr_lines[0].ar_tokens) for x in pr_lines)
-    if main_lines:
-        s.main_dspark_tps = median([x.dspark_tps for x in main_lines])
-        s.main_ar_tps = median([x.ar_tps for x in main_lines])
-        s.main_prefill_tps = median([x.prefill_tps for x in main_lines])
-        s.main_tau = mean([x.tau for x in main_lines])
-        s.main_runs = sum(x.runs for x in main_lines)
-        s.main_lossless_runs = sum(verified_lossless_runs(x) for x in main_lines)
-    if paired:
-        s.dspark_ratios = [p.dspark_tps / m.dspark_tps for p, m in paired]
-        s.ar_ratios = [p.ar_tps / m.ar_tps for p, m in paired]
-        divergences = [first_divergence(p.ar_tokens, m.ar_tokens) for p, m in paired]
-        s.ar_matches_main = all(d is None for d in divergences)
-        s.ar_first_divergence = min((d for d in divergences if d is not None), default=None)
-    return s
+def _tps(gs: Sequence[Generation]) -> float | None:
+    return _med([g.new_tokens / g.bot_s for g in gs if g.bot_s > 0])
 
 
-def _summarize_guard(name: str, pr: dict, main: dict) -> GuardSummary:
-    rounds = sorted(set(pr) | set(main))
-    pr_lines = [pr[r][name] for r in rounds if name in pr.get(r, {})]
-    main_lines = [main[r][name] for r in rounds if name in main.get(r, {})]
-    paired = [(pr[r][name], main[r][name]) for r in rounds if name in pr.get(r, {}) and name in main.get(r, {})]
-    g = GuardSummary(guard=name, ctx=(pr_lines or main_lines)[0].ctx)
-    g.pr_decode_tps = _med([x.decode_tps for x in pr_lines])
-    g.main_decode_tps = _med([x.decode_tps for x in main_lines])
-    g.pr_prefill_tps = _med([x.prefill_tps for x in pr_lines])
-    g.main_prefill_tps = _med([x.prefill_tps for x in main_lines])
-    g.decode_ratios = [p.decode_tps / m.decode_tps for p, m in paired]
-    g.prefill_ratios = [p.prefill_tps / m.prefill_tps for p, m in paired]
-    return g
+def _reported_tps(gs: Sequence[Generation]) -> float | None:
+    return _med([len(g.tokens) / g.reported.decode_s for g in gs if g.reported.decode_s])
 
 
-def summarize(
-    records: Sequence[RunRecord],
-    *,
-    profile: str,
-    rounds: int,
-    requested_reps: int,
-    noise: NoiseFloor,
-    integrity: IntegrityReport | None = None,
-    reverify: ReverifySummary | None = None,
-) -> Measurements:
-    pr_tau, main_tau = _tau_by_round(records, "head"), _tau_by_round(records, "base")
-    pr_guard, main_guard = _guard_by_round(records, "head"), _guard_by_round(records, "base")
+def _tau(gs: Sequence[Generation]) -> float | None:
+    hist = [0] * max((len(g.reported.accept_hist) for g in gs), default=0)
+    for g in gs:
+        for k, n in enumerate(g.reported.accept_hist):
+            hist[k] += n
+    steps = sum(hist)
+    return sum(k * n for k, n in enumerate(hist)) / steps if steps else None
 
-    keys: list[tuple[str, int]] = []
-    for by_round in (main_tau, pr_tau):
-        for lines in by_round.values():
-            keys += [k for k in lines if k not in keys]
-    keys.sort(key=lambda k: (k[1], k[0]))
-    contexts = [_summarize_context(k, pr_tau, main_tau) for k in keys]
 
-    guard_names: list[str] = []
-    for by_round in (main_guard, pr_guard):
-        for lines in by_round.values():
-            guard_names += [n for n in lines if n not in guard_names]
-    guards = [_summarize_guard(n, pr_guard, main_guard) for n in guard_names]
+def _pairs(gens: Sequence[Generation]) -> dict[tuple, dict[str, Generation]]:
+    """Timed generations keyed by (round, model, mode, corpus, ctx, new_tokens, window), per ref."""
+    out: dict[tuple, dict[str, Generation]] = defaultdict(dict)
+    for g in gens:
+        if g.round >= 0:
+            out[(g.round, g.model, g.mode, g.corpus, g.ctx, g.new_tokens, g.window.sha256)][g.ref] = g
+    return out
 
-    speedup_rounds = []
-    for r in sorted(set(pr_tau) & set(main_tau)):
-        if keys and all(k in pr_tau[r] and k in main_tau[r] for k in keys):
-            speedup_rounds.append(geomean([pr_tau[r][k].dspark_tps / main_tau[r][k].dspark_tps for k in keys]))
 
-    walls = []
-    tau_recs = {(rec.round, rec.ref): rec for rec in records if rec.program == "tau_check" and rec.ok}
-    for r in range(rounds):
-        main_rec, pr_rec = tau_recs.get((r, "base")), tau_recs.get((r, "head"))
-        walls.append(
-            RoundWall(
-                round=r + 1,
-                order="main, PR" if r % 2 == 0 else "PR, main",
-                main_wall_s=main_rec.wall_s if main_rec else None,
-                pr_wall_s=pr_rec.wall_s if pr_rec else None,
-                main_claimed_decode_s=claimed_decode_s(main_rec) if main_rec else None,
-                pr_claimed_decode_s=claimed_decode_s(pr_rec) if pr_rec else None,
-            )
-        )
+def summarize(records: Records, *, noise: NoiseFloor, integrity: IntegritySettings | None = None) -> Measurements:
+    gens = records.generations
+    pairs = _pairs(gens)
+    main_gens = [g for g in gens if g.model == "main" and g.round >= 0]
+    cells_seen = sorted({(g.corpus, g.ctx) for g in main_gens}, key=lambda k: (k[1], k[0]))
+    verif = records.verifications
+    cells = []
+    for corpus, ctx in cells_seen:
+        of = lambda ref, mode: [g for g in main_gens if g.ref == ref and g.mode == mode and g.corpus == corpus and g.ctx == ctx]  # noqa: E731
+        c = CellSummary(corpus=corpus, ctx=ctx, new_tokens=max((g.new_tokens for g in main_gens if g.corpus == corpus and g.ctx == ctx), default=0))
+        c.pr_dspark_tps, c.main_dspark_tps = _tps(of("head", "dspark")), _tps(of("base", "dspark"))
+        c.pr_ar_tps, c.main_ar_tps = _tps(of("head", "ar")), _tps(of("base", "ar"))
+        c.pr_reported_dspark_tps, c.main_reported_dspark_tps = _reported_tps(of("head", "dspark")), _reported_tps(of("base", "dspark"))
+        c.pr_reported_ar_tps, c.main_reported_ar_tps = _reported_tps(of("head", "ar")), _reported_tps(of("base", "ar"))
+        c.pr_tau, c.main_tau = _tau(of("head", "dspark")), _tau(of("base", "dspark"))
+        for key, pair in sorted(pairs.items()):
+            if key[1] != "main" or key[3:5] != (corpus, ctx) or len(pair) != 2:
+                continue
+            ratio = pair["base"].bot_s / pair["head"].bot_s if pair["head"].bot_s > 0 else None
+            if ratio is None:
+                continue
+            (c.dspark_ratios if key[2] == "dspark" else c.ar_ratios).append(ratio)
+            if key[2] == "ar":
+                c.ar_compared += 1
+                d = first_divergence(pair["head"].tokens, pair["base"].tokens)
+                if d is None:
+                    c.ar_equal += 1
+                elif c.ar_first_divergence is None or d < c.ar_first_divergence:
+                    c.ar_first_divergence = d
+        mine = [v for v in verif if v.corpus == corpus and v.ctx == ctx]
+        c.pr_streams = sum(1 for v in mine if v.ref == "head")
+        c.pr_verified = sum(1 for v in mine if v.ref == "head" and not v.mismatches)
+        c.pr_near_ties = sum(len(v.near_ties) for v in mine if v.ref == "head")
+        c.main_streams = sum(1 for v in mine if v.ref == "base")
+        c.main_verified = sum(1 for v in mine if v.ref == "base" and not v.mismatches)
+        c.block_size = next((p.block_size for p in records.processes if p.block_size), None)
+        cells.append(c)
 
-    compare = next((x for rec in records if rec.program == "compare" and rec.ok for x in rec.lines), None)
-    pr_first = next((line for lines in pr_tau.values() for line in lines.values()), None)
-    main_first = next((line for lines in main_tau.values() for line in lines.values()), None)
-    first = pr_first or main_first
+    guards = []
+    for name in sorted({g.model[6:] for g in gens if g.model.startswith("guard:")}):
+        gg = [g for g in gens if g.model == f"guard:{name}" and g.round >= 0]
+        if not gg:
+            continue
+        n = max(g.new_tokens for g in gg)
+        gen = lambda ref: [g for g in gg if g.ref == ref and g.new_tokens == n]  # noqa: E731
+        pre = lambda ref: [g for g in gg if g.ref == ref and g.new_tokens == 1]  # noqa: E731
+        s = GuardSummary(guard=name, ctx=gg[0].ctx, new_tokens=n)
+        s.pr_generation_tps, s.main_generation_tps = _tps(gen("head")), _tps(gen("base"))
+        s.pr_prefill_tps = _med([g.ctx / g.bot_s for g in pre("head") if g.bot_s > 0])
+        s.main_prefill_tps = _med([g.ctx / g.bot_s for g in pre("base") if g.bot_s > 0])
+        for key, pair in sorted(pairs.items()):
+            if key[1] != f"guard:{name}" or len(pair) != 2 or pair["head"].bot_s <= 0:
+                continue
+            r = pair["base"].bot_s / pair["head"].bot_s
+            (s.generation_ratios if key[5] == n else s.prefill_ratios).append(r)
+        guards.append(s)
+
+    rounds_seen = sorted({g.round for g in main_gens})
+    round_summaries, speedup_rounds, groups = [], [], []
+    for r in rounds_seen:
+        ratios = [pair["base"].bot_s / pair["head"].bot_s for key, pair in pairs.items()
+                  if key[0] == r and key[1] == "main" and key[2] == "dspark" and len(pair) == 2 and pair["head"].bot_s > 0]
+        any_g = next(g for g in main_gens if g.round == r)
+        mp = next((g.process for g in main_gens if g.round == r and g.ref == "base"), -1)
+        pp = next((g.process for g in main_gens if g.round == r and g.ref == "head"), -1)
+        complete = len(ratios) == len(cells_seen) and ratios
+        rs = RoundSummary(round=r, pairing=any_g.pairing, main_process=mp, pr_process=pp,
+                          dspark_ratio=geomean(ratios) if complete else None)
+        round_summaries.append(rs)
+        if rs.dspark_ratio is not None:
+            speedup_rounds.append(rs.dspark_ratio)
+            groups.append(rs.pairing)
+
+    report = check_records(records, integrity or IntegritySettings())
+    first = {p.ref: p for p in records.processes if p.index == 0}
+    pr, mn = first.get("head"), first.get("base")
     return Measurements(
-        profile=profile,
-        rounds=rounds,
-        requested_reps=requested_reps,
-        contexts=contexts,
-        guards=guards,
-        speedup_rounds=speedup_rounds,
-        compare=compare if isinstance(compare, CompareLine) else None,
-        walls=walls,
-        device=first.device if first else "",
-        torch=first.torch if first else "",
-        triton=first.triton if first else "",
-        model_sha256=first.model_sha256 if first else "",
-        drafter_sha256=pr_first.drafter_sha256 if pr_first else "",
-        main_drafter_sha256=main_first.drafter_sha256 if main_first else "",
-        integrity=integrity or IntegrityReport(),
-        reverify=reverify or ReverifySummary(),
-        noise=noise,
+        profile=records.profile, rounds=len(rounds_seen), processes_per_ref=records.processes_per_ref,
+        cells=cells, guards=guards, round_summaries=round_summaries, speedup_rounds=speedup_rounds,
+        speedup_groups=groups, accuracy=AccuracySummary(**records.accuracy) if records.accuracy else None,
+        clock=clock_check(gens, noise), device=(mn or pr).device if (mn or pr) else "",
+        torch=(mn or pr).torch if (mn or pr) else "", triton=(mn or pr).triton if (mn or pr) else "",
+        model_sha256=mn.model_sha256 if mn else "", drafter_sha256=pr.drafter_sha256 if pr else "",
+        main_drafter_sha256=mn.drafter_sha256 if mn else "", integrity=report,
+        verify_tolerance=verif[0].tolerance if verif else 0.0, stop=records.stop, seed=records.seed,
+        sandbox=records.sandbox, freezer=records.freezer, wall_s=records.wall_s, noise=noise,
     )
+
+
+def clock_check(gens: Sequence[Generation], noise: NoiseFloor) -> ClockCheck:
+    """How the processes' own clocks compare with the bot's: reported (prefill + decode) over the bot's
+    seconds, median per ref. Main's ratio is the honest overhead of the pipes and JSON; a PR whose ratio
+    is lower by more than the noise floor says it is faster than the bot saw it be."""
+    def ratio(ref: str) -> float | None:
+        rs = [(g.reported.prefill_s or 0.0) + (g.reported.decode_s or 0.0) for g in gens if g.ref == ref and g.round >= 0]
+        bs = [g.bot_s for g in gens if g.ref == ref and g.round >= 0]
+        vals = [r / b for r, b in zip(rs, bs) if b > 0 and r > 0]
+        return median(vals) if vals else None
+
+    pr, mn = ratio("head"), ratio("base")
+    check = ClockCheck(pr_reported_over_bot=pr, main_reported_over_bot=mn)
+    if pr is not None and mn is not None:
+        margin = max(2 * noise.dspark_decode, 0.05)
+        if pr < mn * (1 - margin):
+            check.flagged = True
+            check.detail = (f"the PR's process reports {pr:.0%} of the time the bot measured, main's {mn:.0%}: "
+                            "its own clock says it is faster than it was (reported figures are not used)")
+    return check
+
+
+def mean_or_none(values: Sequence[float]) -> float | None:
+    return mean(values) if values else None

@@ -1,9 +1,11 @@
 """The noise floor of a box: how far PR/main ratios stray when PR *is* main (A/A).
 
-`evalbot calibrate` runs base against itself and keeps, per metric, how far from 1 the statistic
-its gate reads strayed (times a margin; `calibration.noise_from_aa`), in `.evalbot/noise-floor.json`,
-keyed by box and profile. Gates subtract it from their bars
-and the tier needs the speedup's CI to clear it, so an A/A run never REJECTs and never wins a tier.
+`evalbot calibrate` (and the first scoring on a box, profile and engine version, which calibrates
+first) runs main against itself with the very machinery a score uses and keeps, per metric, how far
+from 1 the statistic its gate reads strayed, times a margin (`calibration.noise_from_aa`), in
+`.evalbot/noise-floor.json`, keyed by box, profile and engine version (a digest of main's measured
+code: engine/, kernels/, harness/). Gates subtract it from their bars and a tier needs the speedup's
+CI to clear it, so an A/A run never REJECTs and never wins a tier.
 """
 
 from __future__ import annotations
@@ -13,64 +15,75 @@ import os
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
 from evalbot.errors import ConfigError
 
 NOISE_FILE = "noise-floor.json"
+NOISE_VERSION = 2
 
 
 class NoiseFloor(BaseModel):
-    """Fractions (0.01 = 1%) per metric; `calibrated` False means the configured default."""
+    """Fractions (0.01 = 1%) per metric. `source`: "default" (nothing measured: the configured default),
+    "calibration" (A/A stored for this box, profile and engine version)."""
 
     box: str
     profile: str
-    calibrated: bool = False
+    engine: str = ""  # digest of main's measured code the floor was taken with
+    source: Literal["default", "calibration"] = "default"
     dspark_decode: float
     ar_decode: float
     guard_decode: float
     guard_prefill: float
-    tau_check_wall: float  # relative wall-time spread of a whole tau_check subprocess
     rounds: int = 0
     base_sha: str = ""
     measured_at: str = ""
 
+    @property
+    def calibrated(self) -> bool:
+        return self.source == "calibration"
+
     @classmethod
-    def default(cls, box: str, profile: str, value: float) -> "NoiseFloor":
-        return cls(
-            box=box, profile=profile, calibrated=False, dspark_decode=value, ar_decode=value,
-            guard_decode=value, guard_prefill=value, tau_check_wall=value,
-        )
+    def default(cls, box: str, profile: str, value: float, engine: str = "") -> "NoiseFloor":
+        return cls(box=box, profile=profile, engine=engine, source="default", dspark_decode=value, ar_decode=value,
+                   guard_decode=value, guard_prefill=value)
 
 
 class NoiseFile(BaseModel):
-    version: int = 1
-    floors: dict[str, dict[str, NoiseFloor]] = Field(default_factory=dict)  # box -> profile -> floor
+    version: int = NOISE_VERSION
+    floors: dict[str, dict[str, dict[str, NoiseFloor]]] = Field(default_factory=dict)  # box -> profile -> engine
+
+    def latest(self) -> list[NoiseFloor]:
+        return [f for profiles in self.floors.values() for engines in profiles.values() for f in engines.values()]
 
 
 def noise_path(state_dir: Path) -> Path:
     return state_dir / NOISE_FILE
 
 
-def _read(path: Path) -> NoiseFile:
+def read_noise_file(path: Path) -> NoiseFile:
     if not path.is_file():
         return NoiseFile()
     try:
-        return NoiseFile.model_validate_json(path.read_bytes())
+        raw = json.loads(path.read_bytes())
+        if isinstance(raw, dict) and raw.get("version") != NOISE_VERSION:
+            return NoiseFile()  # floors of an older measurement: measured differently, calibrate again
+        return NoiseFile.model_validate(raw)
     except (ValidationError, ValueError) as e:
         raise ConfigError(f"{path} is not a valid noise-floor file ({e.__class__.__name__}); re-run `evalbot calibrate`") from None
 
 
-def load_noise_floor(state_dir: Path, box: str, profile: str, default: float) -> NoiseFloor:
-    floor = _read(noise_path(state_dir)).floors.get(box, {}).get(profile)
-    return floor if floor is not None else NoiseFloor.default(box, profile, default)
+def load_noise_floor(state_dir: Path, box: str, profile: str, engine: str) -> NoiseFloor | None:
+    """The stored floor for this box, profile and engine version, or None (never measured)."""
+    return read_noise_file(noise_path(state_dir)).floors.get(box, {}).get(profile, {}).get(engine)
 
 
 def store_noise_floor(state_dir: Path, floor: NoiseFloor) -> Path:
     path = noise_path(state_dir)
-    data = _read(path)
-    data.floors.setdefault(floor.box, {})[floor.profile] = floor
+    data = read_noise_file(path)
+    data.floors.setdefault(floor.box, {}).setdefault(floor.profile, {})[floor.engine] = floor
     state_dir.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=state_dir, prefix=".noise-")
     with os.fdopen(fd, "w") as f:

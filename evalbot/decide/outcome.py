@@ -14,17 +14,26 @@ from evalbot.decide.measurements import Measurements
 from evalbot.decide.verdict import Verdict
 
 
-class RunSummary(BaseModel):
-    """One harness subprocess as the receipt records it (no token streams)."""
+class RequestSummary(BaseModel):
+    """One timed request as the receipt records it (no token streams): the raw figures behind the stats."""
 
     round: int
     ref: Literal["base", "head"]
-    program: str
-    nonce: str
-    wall_s: float
-    returncode: int | None
-    timed_out: bool
-    failure: str | None
+    process: int
+    model: str
+    mode: str
+    cell: str  # corpus@ctx
+    window: str  # corpus@offset+length (reproducible from the revealed seed)
+    new_tokens: int
+    bot_s: float
+    reported_prefill_s: float | None = None
+    reported_decode_s: float | None = None
+
+    @classmethod
+    def of(cls, g) -> "RequestSummary":
+        return cls(round=g.round, ref=g.ref, process=g.process, model=g.model, mode=g.mode, cell=f"{g.corpus}@{g.ctx}",
+                   window=f"{g.window.corpus}@{g.window.offset}+{g.window.length}", new_tokens=g.new_tokens,
+                   bot_s=round(g.bot_s, 6), reported_prefill_s=g.reported.prefill_s, reported_decode_s=g.reported.decode_s)
 
 
 class ReceiptInfo(BaseModel):
@@ -55,14 +64,17 @@ class ScoreOutcome(BaseModel):
     harness_ref: str
     harness_sha: str
     harness_digest: str = ""
+    candidate_sha: str = ""  # what was measured for the PR: the merge of its head into main's tip
+    candidate_tree: str = ""
+    engine_digest: str = ""  # main's measured code (engine/, kernels/, harness/): the noise floor's key
     profile: str
-    rounds: int
-    reps: int
+    rounds: int = 0
     box: str
     pr_number: int | None = None
     verdict: Verdict
     measurements: Measurements | None = None
-    runs: list[RunSummary] = []
+    requests: list[RequestSummary] = []
+    calibrated_now: bool = False  # this scoring ran the box's A/A calibration first
     started_at: str
     finished_at: str = ""
     receipt: ReceiptInfo | None = None
@@ -92,6 +104,8 @@ class ScoreOutcome(BaseModel):
             "head_sha": self.head_sha,
             "harness_sha": self.harness_sha,
             "harness_digest": self.harness_digest,
+            "candidate_sha": self.candidate_sha,
+            "candidate_tree": self.candidate_tree,
             "profile": self.profile,
             "rounds": self.rounds,
             "speedup": sp.model_dump(mode="json") if sp else None,

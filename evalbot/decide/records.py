@@ -1,59 +1,120 @@
-"""What one harness subprocess gave, as plain data: the measuring side (evalbot.measure) produces
-`RunRecord`s, the decision core reads them."""
+"""What a measuring campaign produced, as plain data (contract dspark-harness/2): the measuring side
+(evalbot.measure) writes these, the decision core reads them and nothing else.
+
+Every time in here that a gate or a tier reads (`bot_s`) is the bot's own clock around one request.
+What a process said about itself is kept apart, under `reported`, and is only ever shown, marked as
+the process's own claim, or checked for plausibility against the bot's clock.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from evalbot.decide.contract import CompareLine, GuardLine, ScoreLine, TauCheckLine
-
 Ref = Literal["base", "head"]
-Program = Literal["tau_check", "score", "compare", "guard"]
-AnyLine = Annotated[TauCheckLine | ScoreLine | CompareLine | GuardLine, Field(discriminator="kind")]
+Mode = Literal["ar", "dspark"]
 
 
-@dataclass(frozen=True)
-class Step:
-    """One run of the schedule: which program, for which ref, in which round."""
+class WindowRef(BaseModel):
+    """Which exact-length window of which corpus a prompt was (the ids themselves are not kept)."""
 
-    round: int
+    corpus: str
+    offset: int
+    length: int
+    sha256: str
+
+
+class Reported(BaseModel):
+    """What the measured process said about its own run: shown, never gated on."""
+
+    prefill_s: float | None = None
+    decode_s: float | None = None
+    tau: float | None = None
+    accept_hist: list[int] = Field(default_factory=list)
+
+
+class Generation(BaseModel):
+    round: int  # -1 = warm-up
+    pairing: int  # which (main process, PR process) pair measured this round
     ref: Ref
-    program: Program
+    process: int
+    corpus: str
+    ctx: int
+    mode: Mode
+    model: str = "main"  # or "guard:<name>"
+    window: WindowRef
+    new_tokens: int
+    tokens: list[int]
+    bot_s: float
+    seq: int  # position in the campaign's request order
+    reported: Reported = Field(default_factory=Reported)
 
     @property
-    def label(self) -> str:
-        who = "main" if self.ref == "base" else "PR"
-        return f"round {self.round + 1}: {self.program} ({who})"
+    def cell(self) -> tuple[str, int]:
+        return (self.corpus, self.ctx)
 
 
-class RunRecord(BaseModel):
-    """What one harness subprocess gave: parsed lines and the parent's own measurements."""
+class Verification(BaseModel):
+    """Main's engine, in main's own process, teacher-forcing one stream: per token its argmax and gap."""
 
+    ref: Ref  # whose stream it was
+    process: int
     round: int
+    corpus: str
+    ctx: int
+    window_sha256: str
+    tokens: int
+    mismatches: list[int] = Field(default_factory=list)  # positions not main's argmax beyond the tolerance
+    near_ties: list[int] = Field(default_factory=list)  # positions not main's argmax, within the tolerance
+    worst_gap: float = 0.0
+    tolerance: float
+
+
+class ProcessInfo(BaseModel):
     ref: Ref
-    program: Program
-    nonce: str
-    argv: list[str]
-    wall_s: float
-    returncode: int | None
-    timed_out: bool = False
-    failure: str | None = None  # None = the run is usable
+    index: int
+    startup_s: float
+    model_sha256: str = ""
+    drafter_sha256: str = ""
+    device: str = ""
+    torch: str = ""
+    triton: str = ""
+    block_size: int = 0
+    sandboxed: bool = True
+
+
+class Finding(BaseModel):
+    """Something wrong with what a process did or sent. On the PR's side: an integrity failure (REJECT,
+    with the reason). On main's side, or in the bot's own environment: an infrastructure error."""
+
+    ref: Ref | None  # None: the bot's own environment
+    process: int | None = None
+    where: str = ""
+    message: str
     stderr_tail: str = ""
-    lines: list[AnyLine] = Field(default_factory=list)
 
-    @property
-    def ok(self) -> bool:
-        return self.failure is None
 
-    @property
-    def label(self) -> str:
-        return Step(self.round, self.ref, self.program).label
+class StopReason(BaseModel):
+    rounds: int
+    reason: str  # "decided" | "budget" | "corpus" | "max rounds" | "failure"
+    detail: str = ""
 
-    def tau_lines(self) -> list[TauCheckLine]:
-        return [x for x in self.lines if isinstance(x, TauCheckLine)]
 
-    def guard_lines(self) -> list[GuardLine]:
-        return [x for x in self.lines if isinstance(x, GuardLine)]
+class Records(BaseModel):
+    profile: str
+    processes_per_ref: int
+    seed: int  # the window seed, revealed now that the run is over (reproducible)
+    processes: list[ProcessInfo] = Field(default_factory=list)
+    generations: list[Generation] = Field(default_factory=list)
+    verifications: list[Verification] = Field(default_factory=list)
+    accuracy: dict | None = None  # AccuracySummary as data (decide.accuracy), computed by the bot
+    findings: list[Finding] = Field(default_factory=list)
+    stop: StopReason | None = None
+    wall_s: float = 0.0
+    sandbox: str = ""  # e.g. "bubblewrap 0.8.0, uid 65534, no network" or "OFF (--no-sandbox)"
+    freezer: str = ""  # "cgroup v2" | "SIGSTOP"
+
+    def of(self, ref: Ref, *, mode: Mode | None = None, model: str = "main", timed: bool = True) -> list[Generation]:
+        return [g for g in self.generations if g.ref == ref and g.model == model and (mode is None or g.mode == mode)
+                and (g.round >= 0 or not timed)]

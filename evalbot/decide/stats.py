@@ -1,9 +1,12 @@
 """Statistics, as pure functions over plain numbers.
 
-The unit of evidence is the *round*: within a round both refs ran back to back (ABBA), so the
-PR/main ratio of that round is a paired sample in which slow drift of the box cancels. The
-speedup is the median of the per-round ratios; its confidence interval is a percentile bootstrap
-of that median over rounds with a fixed seed (same data -> same interval, always).
+The unit of replication is the *round*: in a round one pair of processes (one of main's, one of the
+PR's) measured every cell on the same fresh windows, back to back and ABBA, so the PR/main ratio of a
+round is a paired sample in which slow drift of the box cancels. Rounds rotate through every pairing
+of processes; rounds of one pairing share whatever that pair's processes have (placement, clocks,
+caches), so the confidence interval is a bootstrap that resamples pairings first and rounds within
+them (`cluster_bootstrap_ci`): variance between processes widens it instead of hiding. The point
+estimate is the median of the round ratios. Fixed seed: same data -> same interval, always.
 """
 
 from __future__ import annotations
@@ -34,41 +37,39 @@ def geomean(values: Sequence[float]) -> float:
     return float(math.exp(sum(math.log(v) for v in values) / len(values)))
 
 
-def paired_ratios(pr: Sequence[float], main: Sequence[float]) -> list[float]:
-    """PR / main within each round (the two lists are aligned by round)."""
-    if len(pr) != len(main):
-        raise ValueError(f"unpaired samples: {len(pr)} PR vs {len(main)} main")
-    if any(m <= 0 for m in main):
-        raise ValueError("main values must be positive")
-    return [p / m for p, m in zip(pr, main)]
 
 
-def bootstrap_ci(
-    values: Sequence[float], *, resamples: int = 2000, seed: int = 0, confidence: float = 0.95
+
+
+def cluster_bootstrap_ci(
+    values: Sequence[float], groups: Sequence[int], *, resamples: int = 2000, seed: int = 0,
+    confidence: float = 0.95,
 ) -> tuple[float, float]:
-    """Percentile bootstrap CI of the median. One value gives a zero-width interval at it."""
+    """Percentile bootstrap CI of the median when values come in groups that share a cause (rounds
+    measured by the same pair of processes): each resample draws groups with replacement, then values
+    within each drawn group, so variance between groups widens the interval instead of hiding.
+    With a single group this is the plain bootstrap over values."""
     if not values:
         raise ValueError("bootstrap of no values")
+    if len(values) != len(groups):
+        raise ValueError("one group label per value")
     if not 0 < confidence < 1:
         raise ValueError("confidence must be in (0, 1)")
     data = np.asarray(values, dtype=float)
     if len(data) == 1:
         return float(data[0]), float(data[0])
+    labels = sorted(set(groups))
+    order = np.argsort(np.searchsorted(labels, groups), kind="stable")
+    sizes = np.array([sum(1 for g in groups if g == lab) for lab in labels])
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    sorted_data = data[order]
     rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(data), size=(resamples, len(data)))
-    medians = np.median(data[idx], axis=1)
+    n_groups, width = len(labels), int(sizes.max())
+    picked = rng.integers(0, n_groups, size=(resamples, n_groups))  # groups, with replacement
+    within = (rng.random((resamples, n_groups, width)) * sizes[picked][..., None]).astype(int)  # values in each
+    values = sorted_data[starts[picked][..., None] + np.minimum(within, sizes[picked][..., None] - 1)]
+    values = np.where(np.arange(width)[None, None, :] < sizes[picked][..., None], values, np.nan)
+    medians = np.nanmedian(values.reshape(resamples, -1), axis=1)
     alpha = (1.0 - confidence) / 2.0
     lo, hi = np.quantile(medians, [alpha, 1.0 - alpha])
     return float(lo), float(hi)
-
-
-def max_abs_deviation(ratios: Sequence[float]) -> float:
-    """The largest |r - 1| over A/A ratios: the noise floor an A/B difference must clear."""
-    if not ratios:
-        raise ValueError("no ratios")
-    return float(max(abs(r - 1.0) for r in ratios))
-
-
-def rel_close(a: float, b: float, tolerance: float) -> bool:
-    """|a - b| <= tolerance * |b| (b the reference value)."""
-    return abs(a - b) <= tolerance * abs(b)

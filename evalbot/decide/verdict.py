@@ -2,10 +2,12 @@
 
 Four outcomes:
 - scored: every gate passed; tier none/XS/S/M/L/XL from the speedup and its CI;
-- rejected: some gate failed; tier REJECT;
+- rejected: some gate failed; tier REJECT. Anything wrong with what the PR's own processes did or sent
+  (a crash, a timeout, forged or malformed output, an impossible timing) is the integrity gate failing;
 - not_evaluated: the PR changes the harness; no tier, no labels;
-- infra_error: a run crashed or timed out, main's own results failed their checks, or the refs did
-  not measure the same workload; no tier, no labels. Never read as slow or lossy.
+- infra_error: main's side or the bot's own environment failed (a main process crashed, main's streams
+  are not its own greedy continuation, the sandbox could not start); no tier, no labels. Never read as
+  slow or lossy, and never the PR's fault.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from pydantic import BaseModel, Field
 
 from evalbot.decide.gates import GateResult, evaluate
 from evalbot.decide.measurements import Measurements
-from evalbot.decide.stats import bootstrap_ci, median
+from evalbot.decide.stats import cluster_bootstrap_ci, median
 from evalbot.decide.tiers import tier_for
 from evalbot.settings import ScoringSettings
 
@@ -36,7 +38,7 @@ class Speedup(BaseModel):
 
 
 class InfraFailure(BaseModel):
-    where: str  # e.g. "round 2: tau_check (PR)"
+    where: str  # e.g. "main's side: generate (main process 2)"
     message: str
     stderr_tail: str = ""
 
@@ -49,6 +51,7 @@ class Verdict(BaseModel):
     gates: list[GateResult] = Field(default_factory=list)
     speedup: Speedup | None = None
     changed_harness_paths: list[str] = Field(default_factory=list)
+    conflicts: list[str] = Field(default_factory=list)  # paths where the PR does not merge into main's tip
     infra: InfraFailure | None = None
 
     @property
@@ -63,8 +66,9 @@ def compute_speedup(m: Measurements, settings: ScoringSettings) -> Speedup | Non
     ratio = median(m.speedup_rounds)
     lo = hi = None
     if len(m.speedup_rounds) >= 2:
-        lo_r, hi_r = bootstrap_ci(
-            m.speedup_rounds, resamples=st.bootstrap_resamples, seed=st.bootstrap_seed, confidence=st.confidence
+        lo_r, hi_r = cluster_bootstrap_ci(
+            m.speedup_rounds, m.speedup_groups, resamples=st.bootstrap_resamples, seed=st.bootstrap_seed,
+            confidence=st.confidence,
         )
         lo, hi = (lo_r - 1) * 100, (hi_r - 1) * 100
     return Speedup(
@@ -94,20 +98,27 @@ def _scored_reason(tier: str, sp: Speedup | None, settings: ScoringSettings) -> 
 
 def decide(m: Measurements, settings: ScoringSettings) -> Verdict:
     integrity = m.integrity
-    workload = [f for f in integrity.findings if f.kind == "workload"]
-    if workload:
-        return infrastructure_error(
-            "comparison", "main and the PR did not measure the same workload: " + "; ".join(f.message for f in workload[:3])
-        )
+    env = integrity.of(None)
+    if env:
+        f = env[0]
+        return infrastructure_error(f.where or "the bot's environment", f.message, f.stderr_tail)
     main_problems = integrity.of("base")
     if main_problems:
+        f = main_problems[0]
         return infrastructure_error(
-            "main's results", "main's own results failed the bot's checks: " + "; ".join(f.message for f in main_problems[:3])
-        )
-    if m.reverify.status == "error":
-        return infrastructure_error("re-verification", f"the reverifier failed: {m.reverify.error}")
+            f"main's side: {f.where}" if f.where else "main's side",
+            "main's own process failed the bot's checks: " + "; ".join(x.message for x in main_problems[:3]), f.stderr_tail)
+    broken = [c.name for c in m.cells if c.main_verified != c.main_streams]
+    if broken:
+        return infrastructure_error("main's side", "main's own DSpark streams are not main's greedy continuation "
+                                    f"({', '.join(broken)}): the ruler is broken, no PR can be judged with it")
 
     gates = evaluate(m, settings.thresholds)
+    if m.stop is not None and m.stop.reason == "failure" and any(g.gate == "integrity" and g.status == "fail" for g in gates):
+        # The PR's process failed before everything was measured: what is missing is not a verdict on
+        # it (a crash is never read as lossy or slow); the failure is.
+        gates = [g.model_copy(update={"status": "skipped", "detail": "not measured: the PR's process failed first"})
+                 if g.missing else g for g in gates]
     speedup = compute_speedup(m, settings)
     failed = [g for g in gates if g.status == "fail"]
     if failed:
@@ -132,6 +143,14 @@ def not_evaluated_harness_changed(paths: list[str]) -> Verdict:
         status="not_evaluated",
         reason="not evaluated: harness changed",
         changed_harness_paths=sorted(paths),
+    )
+
+
+def not_evaluated_needs_rebase(conflicts: list[str], label: str) -> Verdict:
+    """The PR does not merge cleanly into main's tip: there is nothing that would land to measure."""
+    return Verdict(
+        status="not_evaluated", labels=[label], conflicts=sorted(conflicts),
+        reason=f"not evaluated: the PR does not merge into main's tip (conflicts in {', '.join(sorted(conflicts)[:5])}); rebase it",
     )
 
 

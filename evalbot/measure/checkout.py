@@ -1,8 +1,8 @@
-"""Checkout + overlay: the job's commits in the box's clone, both refs side by side in worktrees, and
+"""Checkout + overlay: the job's commits in the box's clone, both refs side by side as exports, and
 one ruler in both (every HARNESS_PATHS entry from the base branch tip, checked byte for byte).
 
 `fetch_job_refs` runs in the worker (which holds no PR code): main from its branch, the PR from
-refs/pull/N/head. `pin_harness` names the ruler; `overlaid_worktrees` makes the two worktrees.
+refs/pull/N/head. `pin_harness` names the ruler; `exported_trees` makes the two trees the sandboxes see.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 
 from evalbot.errors import EvalbotError
 from evalbot.measure import gitops
+from evalbot.measure.export import export_tree, remove_export
 from evalbot.settings import ScoringSettings
 
 _SHA = re.compile(r"^[0-9a-f]{40}$")
@@ -66,18 +67,25 @@ def pin_harness(repo: Path, base: str, head: str, settings: ScoringSettings, har
     return PinnedHarness(repo, base_sha, head_sha, harness_ref, harness_sha, patterns, gitops.tree_digest(entries))
 
 
-def _overlay(pinned: PinnedHarness, worktree: Path) -> None:
-    digest = gitops.overlay_harness(pinned.repo, worktree, pinned.harness_sha, pinned.patterns)
-    if digest != pinned.harness_digest:  # belt and braces: the pin must name one ruler
-        raise EvalbotError(f"harness pin failed: {worktree.name} has harness digest {digest[:12]}, expected {pinned.harness_digest[:12]}")
+# What no sandbox gets even from main's ruler: the corpora. The bot cuts every window from them itself
+# (evalbot.measure.corpus); a process that could read them could look its prompts up.
+SANDBOX_EXCLUDE = ("harness/prompts/",)
 
 
 @contextmanager
-def overlaid_worktrees(pinned: PinnedHarness, scratch: Path, names: tuple[str, str], shas: tuple[str, str]) -> Iterator[tuple[Path, Path]]:
-    """Two detached worktrees of `shas` under `scratch`, each with the pinned harness laid over it;
-    removed afterwards whatever happened."""
-    with gitops.worktree(pinned.repo, shas[0], scratch, names[0]) as first, \
-            gitops.worktree(pinned.repo, shas[1], scratch, names[1]) as second:
-        _overlay(pinned, first)
-        _overlay(pinned, second)
-        yield first, second
+def exported_trees(pinned: PinnedHarness, scratch: Path, names: tuple[str, str], shas: tuple[str, str]) -> Iterator[tuple[Path, Path]]:
+    """Two exports (`git archive`, no .git, world-readable) of `shas` under `scratch`, each with the
+    pinned harness written over it and without SANDBOX_EXCLUDE; removed afterwards whatever happened.
+    Each sandbox sees only its own (evalbot.measure.sandbox)."""
+    dests = [scratch / name for name in names]
+    try:
+        for dest, sha in zip(dests, shas):
+            digest = export_tree(pinned.repo, sha, dest, harness_rev=pinned.harness_sha, patterns=pinned.patterns,
+                                 exclude=SANDBOX_EXCLUDE)
+            if digest != pinned.harness_digest:  # belt and braces: the pin must name one ruler
+                raise EvalbotError(f"harness pin failed: {dest.name} has harness digest {digest[:12]}, "
+                                   f"expected {pinned.harness_digest[:12]}")
+        yield dests[0], dests[1]
+    finally:
+        for dest in dests:
+            remove_export(dest)

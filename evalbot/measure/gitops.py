@@ -8,10 +8,13 @@ with its own copy of the harness once read a good PR as -47.5% (docs/shared prio
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import fnmatch
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
@@ -24,21 +27,91 @@ from evalbot.errors import GitError, HarnessPinError
 _GLOB_CHARS = set("*?[")
 
 
+GIT_TIMEOUT_S = 600.0  # every git call's wall-clock limit (a fetch of a large repository included)
+_no_hooks: Path | None = None
+
+
+def no_hooks_dir() -> Path:
+    """An empty directory of the bot's own: `core.hooksPath` for every git call, so no hook planted
+    in a checkout's .git (or configured there) ever runs."""
+    global _no_hooks
+    if _no_hooks is None or not _no_hooks.is_dir():
+        _no_hooks = Path(tempfile.mkdtemp(prefix="evalbot-nohooks-"))
+        atexit.register(shutil.rmtree, _no_hooks, True)
+    return _no_hooks
+
+
+def git_argv(repo: Path, *args: str) -> list[str]:
+    """git with hooks, credential helpers, askpass and fsmonitor turned off, in `repo`."""
+    return ["git", "-c", f"core.hooksPath={no_hooks_dir()}", "-c", "credential.helper=", "-c", "core.askPass=",
+            "-c", "core.fsmonitor=false", "-C", str(repo), *args]
+
+
+def git_env(extra_env: Mapping[str, str] | None = None) -> dict[str, str]:
+    return dict(os.environ, GIT_LITERAL_PATHSPECS="1", LC_ALL="C", GIT_TERMINAL_PROMPT="0", GIT_ASKPASS="",
+                SSH_ASKPASS="", **(extra_env or {}))
+
+
+def run_git(repo: Path, *args: str, input_bytes: bytes | None = None, extra_env: Mapping[str, str] | None = None,
+            timeout: float = GIT_TIMEOUT_S) -> tuple[int, bytes, bytes]:
+    """(status, stdout, stderr) of one hardened git call; GitError naming the command on a timeout
+    (git and whatever it started, e.g. a remote helper, are killed as one process group)."""
+    proc = subprocess.Popen(
+        git_argv(repo, *args), stdin=subprocess.PIPE if input_bytes is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=git_env(extra_env), start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(input_bytes, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise GitError(f"git {' '.join(args[:3])}: timed out after {timeout:g} s") from None
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    return proc.returncode, out, err
+
+
+def _failure(args: Sequence[str], err: bytes) -> GitError:
+    msg = err.decode("utf-8", "replace").strip().splitlines()
+    return GitError(f"git {' '.join(args[:3])}: {msg[-1] if msg else 'failed'}")
+
+
 def git(
     repo: Path, *args: str, check: bool = True, input_bytes: bytes | None = None,
-    extra_env: Mapping[str, str] | None = None,
+    extra_env: Mapping[str, str] | None = None, timeout: float = GIT_TIMEOUT_S,
 ) -> str:
-    env = dict(os.environ, GIT_LITERAL_PATHSPECS="1", LC_ALL="C", GIT_TERMINAL_PROMPT="0", **(extra_env or {}))
-    proc = subprocess.run(
-        ["git", "-C", str(repo), *args],
-        capture_output=True,
-        input=input_bytes,
-        env=env,
-    )
-    if check and proc.returncode != 0:
-        msg = proc.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise GitError(f"git {' '.join(args[:3])}: {msg[-1] if msg else 'failed'}")
-    return proc.stdout.decode("utf-8", "surrogateescape")
+    code, out, err = run_git(repo, *args, input_bytes=input_bytes, extra_env=extra_env, timeout=timeout)
+    if check and code != 0:
+        raise _failure(args, err)
+    return out.decode("utf-8", "surrogateescape")
+
+
+def git_bytes(repo: Path, *args: str, input_bytes: bytes | None = None, timeout: float = GIT_TIMEOUT_S) -> bytes:
+    code, out, err = run_git(repo, *args, input_bytes=input_bytes, timeout=timeout)
+    if code != 0:
+        raise _failure(args, err)
+    return out
+
+
+def read_blobs(repo: Path, blobs: Sequence[str], timeout: float = GIT_TIMEOUT_S) -> dict[str, bytes]:
+    """The contents of these blob ids, in one `git cat-file --batch`."""
+    if not blobs:
+        return {}
+    out = git_bytes(repo, "cat-file", "--batch", input_bytes="".join(f"{b}\n" for b in blobs).encode(), timeout=timeout)
+    found, pos = {}, 0
+    for blob in blobs:
+        end = out.index(b"\n", pos)
+        header = out[pos:end].split()
+        if len(header) != 3 or header[1] != b"blob":
+            raise GitError(f"git cat-file: {blob[:12]} is not a blob")
+        size = int(header[2])
+        found[blob] = out[end + 1 : end + 1 + size]
+        pos = end + 1 + size + 1
+    return found
 
 
 def repo_root(path: Path) -> Path:
@@ -121,15 +194,13 @@ def matches_any(path: str, patterns: Sequence[str]) -> bool:
 def read_manifest(repo: Path, ref: str, manifest_path: str, label: str | None = None) -> list[str]:
     """The harness path patterns at `ref` (shown as `label`), the manifest itself always included."""
     where = f"{label} ({ref[:12]})" if label and label != ref else ref
-    proc = subprocess.run(
-        ["git", "-C", str(repo), "show", f"{ref}:{manifest_path}"], capture_output=True
-    )
-    if proc.returncode != 0:
+    code, out, _ = run_git(repo, "show", f"{ref}:{manifest_path}")
+    if code != 0:
         raise HarnessPinError(
             f"cannot pin the harness: {manifest_path} does not exist at {where} "
             "(the base branch must carry the harness manifest)"
         )
-    patterns = parse_manifest(proc.stdout.decode("utf-8", "replace"))
+    patterns = parse_manifest(out.decode("utf-8", "replace"))
     if not patterns:
         raise HarnessPinError(f"cannot pin the harness: {manifest_path} at {where} lists no paths")
     if manifest_path not in patterns:
@@ -181,21 +252,7 @@ def harness_changes(repo: Path, base_sha: str, head_sha: str, patterns: Sequence
 
 
 # ---------------------------------------------------------------------------------------------
-# Worktrees and the overlay
-
-
-@contextmanager
-def worktree(repo: Path, sha: str, parent: Path, name: str) -> Iterator[Path]:
-    """A detached worktree of `sha` at parent/name, removed afterwards whatever happened."""
-    path = parent / name
-    git(repo, "worktree", "add", "--detach", "--force", str(path), sha)
-    try:
-        yield path
-    finally:
-        git(repo, "worktree", "remove", "--force", str(path), check=False)
-        if path.exists():
-            shutil.rmtree(path, ignore_errors=True)
-        git(repo, "worktree", "prune", check=False)
+# Scratch space
 
 
 @contextmanager
@@ -207,55 +264,45 @@ def scratch_dir(prefix: str = "evalbot-") -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _blob_id(path: Path, object_format: str) -> str:
-    data = path.read_bytes()
-    return hashlib.new(object_format, b"blob %d\0" % len(data) + data).hexdigest()
+# ---------------------------------------------------------------------------------------------
+# What would land: the merge of the PR into main's tip
 
 
-def object_format(repo: Path) -> str:
-    fmt = git(repo, "rev-parse", "--show-object-format", check=False).strip()
-    return fmt if fmt in ("sha1", "sha256") else "sha1"
+@dataclass(frozen=True)
+class Candidate:
+    """The merge of `head` into `base`: its tree and a commit object for it (parents base, head), or the
+    paths that conflict."""
+
+    tree: str = ""
+    commit: str = ""
+    conflicts: tuple[str, ...] = ()
 
 
-def overlay_harness(repo: Path, worktree_path: Path, harness_sha: str, patterns: Sequence[str]) -> str:
-    """Make the worktree's harness exactly the one at `harness_sha`; return its tree digest.
-
-    Files the manifest covers are checked out from `harness_sha`; covered files the worktree has
-    but the harness tip does not are deleted. Then every covered file is hashed and compared:
-    any difference raises HarnessPinError.
-    """
-    wanted = harness_entries(repo, harness_sha, patterns)
-    if not wanted:
-        raise HarnessPinError(f"cannot pin the harness: HARNESS_PATHS matches no file at {harness_sha[:12]}")
-    try:
-        paths = [e.path for e in wanted]
-        for i in range(0, len(paths), 200):
-            git(worktree_path, "checkout", harness_sha, "--", *paths[i : i + 200])
-        wanted_paths = set(paths)
-        tracked = git(worktree_path, "ls-files", "-z").split("\0")
-        stale = [p for p in tracked if p and matches_any(p, patterns) and p not in wanted_paths]
-        for i in range(0, len(stale), 200):
-            git(worktree_path, "rm", "-q", "-f", "--", *stale[i : i + 200])
-    except Exception as e:  # noqa: BLE001 - any failure here is a failed pin, said loudly
-        raise HarnessPinError(f"cannot pin the harness from {harness_sha[:12]} into {worktree_path.name}: {e}") from None
-    return verify_overlay(worktree_path, wanted, patterns, object_format(repo))
+def merge_candidate(repo: Path, base_sha: str, head_sha: str) -> Candidate:
+    """`git merge-tree --write-tree` (no work tree, no index, no hooks): what squash-merging the PR onto
+    main's current tip would give. A head that already contains the base tip merges to its own tree."""
+    proc = subprocess.run(
+        ["git", "-C", str(repo), "merge-tree", "--write-tree", "--name-only", "--no-messages", base_sha, head_sha],
+        capture_output=True, env=dict(os.environ, GIT_TERMINAL_PROMPT="0", LC_ALL="C"), timeout=300,
+    )
+    lines = proc.stdout.decode("utf-8", "surrogateescape").splitlines()
+    if proc.returncode == 1 and lines:
+        return Candidate(conflicts=tuple(sorted({p for p in lines[1:] if p})))
+    if proc.returncode != 0 or not lines:
+        err = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise GitError(f"git merge-tree: {err[-1] if err else 'failed'}")
+    tree = lines[0].strip()
+    env = {"GIT_AUTHOR_NAME": "DSpark EvalBot", "GIT_AUTHOR_EMAIL": "evalbot@localhost",
+           "GIT_COMMITTER_NAME": "DSpark EvalBot", "GIT_COMMITTER_EMAIL": "evalbot@localhost",
+           "GIT_AUTHOR_DATE": "2000-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2000-01-01T00:00:00Z"}
+    commit = git(repo, "commit-tree", tree, "-p", base_sha, "-p", head_sha, "-m",
+                 f"evalbot candidate: {head_sha[:12]} merged into {base_sha[:12]}", extra_env=env).strip()
+    return Candidate(tree=tree, commit=commit)
 
 
-def verify_overlay(
-    worktree_path: Path, wanted: Sequence[TreeEntry], patterns: Sequence[str], fmt: str = "sha1"
-) -> str:
-    """Every covered file equals the pinned blob, and no other covered file exists."""
-    for e in wanted:
-        f = worktree_path / e.path
-        if not (f.is_file() or f.is_symlink()):
-            raise HarnessPinError(f"harness pin failed: {e.path} is missing in {worktree_path.name}")
-        if e.mode != "120000" and _blob_id(f, fmt) != e.blob:
-            raise HarnessPinError(f"harness pin failed: {e.path} in {worktree_path.name} differs from the base tip")
-    wanted_paths = {e.path for e in wanted}
-    for root, dirs, files in os.walk(worktree_path):
-        dirs[:] = [d for d in dirs if d not in (".git", "__pycache__")]
-        for name in files:
-            rel = Path(root, name).relative_to(worktree_path).as_posix()
-            if rel not in wanted_paths and matches_any(rel, patterns) and not rel.endswith(".pyc"):
-                raise HarnessPinError(f"harness pin failed: {rel} in {worktree_path.name} is not part of the base tip's harness")
-    return tree_digest(wanted)
+MEASURED_CODE = ("engine/", "kernels/", "harness/")
+
+
+def code_digest(repo: Path, sha: str, prefixes: Sequence[str] = MEASURED_CODE) -> str:
+    """Digest of the files under `prefixes` at `sha`: names main's engine version (the noise floor's key)."""
+    return tree_digest([e for e in tree_entries(repo, sha) if e.path.startswith(tuple(prefixes))])

@@ -3,10 +3,10 @@
 Popping a secret from `os.environ` does not take it out of `/proc/<pid>/environ`: that file shows the
 environment block the process was started with, and `/proc/<pid>/mem` shows the rest of its memory.
 Any process of the same user can read both. `prctl(PR_SET_DUMPABLE, 0)` makes those files owned by
-root and refuses ptrace, so a harness child running as the bot's own user (no sandbox user
-configured) can no longer read the token or the signing key out of its parent. The flag survives
+root and refuses ptrace, so a harness child running as the bot's own user (`--no-sandbox`)
+can no longer read the token or the signing key out of its parent. The flag survives
 fork and is reset by exec, so it protects the bot and its forks, not the children it execs. A
-sandbox user (`[sandbox] user`) remains the stronger boundary: it also keeps files on disk away.
+sandbox (evalbot.measure.sandbox) is the real boundary: it also keeps files on disk away.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Progress bars (rich, on stderr) for long harness runs; a `harness_runner.ProgressSink`."""
+"""Progress bars (rich, on stderr) for long measurements; a `measure.run.ProgressSink`."""
 
 from __future__ import annotations
 

@@ -82,7 +82,7 @@ def build_statement(outcome: ScoreOutcome, settings_dump: dict[str, Any]) -> dic
         subjects.append(_subject("drafter", "sha256", m.drafter_sha256))
     v = outcome.verdict
     predicate = {
-        "bot": {"name": "dspark-evalbot", "schema": 1},
+        "bot": {"name": "dspark-evalbot", "schema": 2},
         "code": {
             "repo": outcome.repo,
             "pr": outcome.pr_number,
@@ -93,6 +93,9 @@ def build_statement(outcome: ScoreOutcome, settings_dump: dict[str, Any]) -> dic
             "harness_ref": outcome.harness_ref,
             "harness_sha": outcome.harness_sha,
             "harness_digest": outcome.harness_digest,
+            "candidate_sha": outcome.candidate_sha,
+            "candidate_tree": outcome.candidate_tree,
+            "engine_digest": outcome.engine_digest,
         },
         "environment": {
             "box": outcome.box,
@@ -105,13 +108,15 @@ def build_statement(outcome: ScoreOutcome, settings_dump: dict[str, Any]) -> dic
         },
         "method": {
             "rounds": outcome.rounds,
-            "reps": outcome.reps,
-            "schedule": "ABBA interleaved, one fresh subprocess per program, main's harness for both refs",
+            "schedule": ("long-lived sandboxed harness servers per ref running main's harness; every request timed "
+                         "by the bot with the others frozen; rounds rotate process pairings, ABBA; adaptive stop"),
+            "window_seed": m.seed if m else None,
             "noise_floor": m.noise.model_dump(mode="json") if m else None,
+            "calibrated_now": outcome.calibrated_now,
             "settings": settings_dump,
         },
         "measurements": m.model_dump(mode="json") if m else None,
-        "runs": [r.model_dump(mode="json") for r in outcome.runs],
+        "requests": [r.model_dump(mode="json") for r in outcome.requests],
         "gates": [g.model_dump(mode="json") for g in v.gates],
         "verdict": {
             "status": v.status,
@@ -120,6 +125,7 @@ def build_statement(outcome: ScoreOutcome, settings_dump: dict[str, Any]) -> dic
             "reason": v.reason,
             "speedup": v.speedup.model_dump(mode="json") if v.speedup else None,
             "changed_harness_paths": v.changed_harness_paths,
+            "conflicts": v.conflicts,
             "infra": v.infra.model_dump(mode="json") if v.infra else None,
         },
         "timestamps": {"started_at": outcome.started_at, "finished_at": outcome.finished_at},

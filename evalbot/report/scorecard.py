@@ -11,23 +11,27 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from evalbot.decide.gates import GateResult
-from evalbot.decide.measurements import ContextSummary, format_ctx
+from evalbot.decide.measurements import CellSummary, format_ctx
 from evalbot.decide.noise import NoiseFloor
 from evalbot.decide.outcome import CheckReport, ScoreOutcome
 from evalbot.decide.stats import median
 from evalbot.report.render import pct, ratio, render
 
 SCORECARD_MARKER_PREFIX = "<!-- dspark-evalbot:scorecard"
-SCORECARD_VERSION = 1
+SCORECARD_VERSION = 2
 
 GATE_ROW_TITLES = {
     "accuracy": "accuracy gate",
     "lossless": "losslessness gate",
-    "tau": "mean accept τ floor",
     "ar": "AR decode gate",
-    "integrity": "integrity (anti-forgery)",
-    "reverify": "re-verification with main's build",
+    "integrity": "integrity (what the PR's processes sent)",
+}
+STOP_TEXT = {
+    "decided": "decided",
+    "budget": "the time budget was spent",
+    "corpus": "no unseen windows were left",
+    "max rounds": "the configured number of rounds was reached",
+    "failure": "a process failed",
 }
 
 
@@ -35,87 +39,83 @@ def scorecard_marker(head_sha: str) -> str:
     return f"{SCORECARD_MARKER_PREFIX} v={SCORECARD_VERSION} head={head_sha} -->"
 
 
-# ---------------------------------------------------------------------------------------------
-# The scorecard's view of an outcome
+def _join(cells: list[CellSummary], value: Callable[[CellSummary], str]) -> str:
+    if not cells:
+        return "—"
+    if len(cells) == 1:
+        return value(cells[0])
+    return " · ".join(f"{c.name}: {value(c)}" for c in cells)
 
 
-def _join_contexts(contexts: list[ContextSummary], value: Callable[[ContextSummary], str]) -> str:
-    if len(contexts) == 1:
-        return value(contexts[0])
-    return " · ".join(f"{c.name}: {value(c)}" for c in contexts)
+def _num(x: float | None, digits: int = 1) -> str:
+    return "—" if x is None else f"{x:,.{digits}f}"
 
 
-def _num(x: float | None, digits: int = 2) -> str:
-    return "—" if x is None else f"{x:.{digits}f}"
-
-
-def noise_text(noise: NoiseFloor) -> str:
+def noise_text(noise: NoiseFloor, calibrated_now: bool = False) -> str:
     core = (
-        f"±{noise.dspark_decode * 100:.1f}% DSpark decode, ±{noise.ar_decode * 100:.1f}% AR, "
-        f"±{noise.guard_decode * 100:.1f}% / ±{noise.guard_prefill * 100:.1f}% guard decode / prefill"
+        f"±{noise.dspark_decode * 100:.2f}% DSpark, ±{noise.ar_decode * 100:.2f}% AR, "
+        f"±{noise.guard_decode * 100:.2f}% / ±{noise.guard_prefill * 100:.2f}% guard generation / prefill"
     )
     if noise.calibrated:
-        return f"{core} (A/A-calibrated on `{noise.box}`, {noise.rounds} rounds, {noise.measured_at})"
-    return f"{core} (default: this box is not calibrated; run `evalbot calibrate`)"
+        when = "calibrated by this scoring first" if calibrated_now else f"calibrated {noise.measured_at}"
+        return (f"{core} (A/A on `{noise.box}`, engine `{noise.engine[:12]}`, {noise.rounds} rounds; {when})")
+    return f"{core} (default: box, profile and engine version not calibrated; run `evalbot calibrate`)"
 
 
 def _context(outcome: ScoreOutcome) -> dict[str, Any]:
     verdict = outcome.verdict
     meas = outcome.measurements
     ctx: dict[str, Any] = {
-        "outcome": outcome,
-        "verdict": verdict,
-        "meas": meas,
-        "sp": verdict.speedup,
+        "outcome": outcome, "verdict": verdict, "meas": meas, "sp": verdict.speedup,
         "receipt_status": outcome.receipt.status_text if outcome.receipt else "not written",
         "scorecard_marker": scorecard_marker,
     }
     if meas is None:
         return ctx
-    contexts = meas.contexts
+    cells = meas.cells
 
-    def per_context(field: str) -> str:
-        return _join_contexts(contexts, lambda c: _num(getattr(c, field)))
+    def ratio_of(ratios: list[float]) -> str:
+        return pct((median(ratios) - 1) * 100) if ratios else "—"
 
-    def ar_vs(c: ContextSummary) -> str:
-        return pct((median(c.ar_ratios) - 1) * 100) if c.ar_ratios else "—"
-
-    def dspark_vs_ar(c: ContextSummary) -> str:
+    def dspark_vs_ar(c: CellSummary) -> str:
         pr = c.pr_dspark_tps / c.pr_ar_tps if c.pr_dspark_tps and c.pr_ar_tps else None
         main = c.main_dspark_tps / c.main_ar_tps if c.main_dspark_tps and c.main_ar_tps else None
         return f"{ratio(pr)} (main {ratio(main)})"
 
-    def tau(c: ContextSummary) -> str:
-        return f"{_num(c.pr_tau, 3)} (main {_num(c.main_tau, 3)}, ceiling {c.block_size or '—'})"
+    def reported(c: CellSummary) -> str:
+        return (f"DSpark {_num(c.pr_reported_dspark_tps)} (main {_num(c.main_reported_dspark_tps)}), "
+                f"AR {_num(c.pr_reported_ar_tps)} (main {_num(c.main_reported_ar_tps)}) tok/s decode; "
+                f"τ {_num(c.pr_tau, 2)} (main {_num(c.main_tau, 2)}, ceiling {c.block_size or '—'})")
 
-    def ar_stream(c: ContextSummary) -> str:
-        if c.ar_matches_main is None:
+    def ar_stream(c: CellSummary) -> str:
+        if not c.ar_compared:
             return "not compared"
-        if c.ar_matches_main:
-            return "identical to main's"
-        return f"differs from main's at token {c.ar_first_divergence}"
+        if c.ar_equal == c.ar_compared:
+            return f"identical to main's ({c.ar_compared} windows)"
+        return f"{c.ar_compared - c.ar_equal} of {c.ar_compared} differ from main's (first at token {c.ar_first_divergence})"
 
-    def gate_title(g: GateResult) -> str:
-        return GATE_ROW_TITLES.get(g.gate, g.title)
-
-    prompts = sorted({c.prompt for c in contexts})
-    scored_at = (
-        f"ctx={', '.join(format_ctx(c) for c in sorted({c.ctx for c in contexts}))} "
-        f"(prompt{'s' if len(prompts) != 1 else ''} {', '.join(prompts)})"
-        if contexts else "nothing measured"
-    )
-    orders = ", ".join("main→PR" if r % 2 == 0 else "PR→main" for r in range(outcome.rounds))
+    a = meas.accuracy
+    accuracy_row = "not measured" if a is None else (
+        f"{a.positions} positions: top-1 {a.top1:.3f}; KL(main‖PR) mean {a.kl_mean:.4f}, p50 "
+        f"{a.kl_percentiles.get('p50', 0):.4f}, p90 {a.kl_percentiles.get('p90', 0):.4f}, p99 "
+        f"{a.kl_percentiles.get('p99', 0):.4f}, max {a.kl_max:.4f} (full vocabulary)")
+    pairs = sorted({(r.main_process, r.pr_process) for r in meas.round_summaries})
+    stop = meas.stop
+    stop_row = (f"{meas.rounds} rounds over {len(pairs)} of {meas.processes_per_ref ** 2} process pairings "
+                f"({meas.processes_per_ref} processes per ref); stopped: {STOP_TEXT.get(stop.reason, stop.reason)}"
+                f"{' — ' + stop.detail if stop and stop.detail else ''}; {meas.wall_s:.0f} s" if stop else f"{meas.rounds} rounds")
     ctx.update(
-        contexts=contexts,
-        scored_at=scored_at,
-        per_context=per_context,
-        ar_vs_main=_join_contexts(contexts, ar_vs) if contexts else "—",
-        dspark_vs_ar=_join_contexts(contexts, dspark_vs_ar) if contexts else "—",
-        tau_row=_join_contexts(contexts, tau) if contexts else "—",
-        ar_stream_row=_join_contexts(contexts, ar_stream) if contexts else "—",
-        gate_title=gate_title,
-        noise_row=noise_text(meas.noise),
-        orders=orders,
+        cells=cells,
+        cells_row=", ".join(c.name for c in cells) + (f" × {cells[0].new_tokens} new tokens" if cells else ""),
+        per_cell=lambda field: _join(cells, lambda c: _num(getattr(c, field))),
+        ar_vs_main=_join(cells, lambda c: ratio_of(c.ar_ratios)),
+        dspark_vs_ar=_join(cells, dspark_vs_ar),
+        reported_row=_join(cells, reported),
+        ar_stream_row=_join(cells, ar_stream),
+        accuracy_row=accuracy_row,
+        stop_row=stop_row,
+        gate_title=lambda g: GATE_ROW_TITLES.get(g.gate, g.title),
+        noise_row=noise_text(meas.noise, outcome.calibrated_now),
         format_ctx=format_ctx,
     )
     return ctx

@@ -3,21 +3,11 @@
 
 from evalbot.settings.loading import STATE_DIR_NAME, config_file, load_settings
 from evalbot.settings.model import ScoringSettings, Settings, env_name
-from evalbot.settings.sections import (
-    PROGRAMS,
-    EnvPolicy,
-    HarnessCommands,
-    IntegritySettings,
-    ProfileSettings,
-    ProgramTimeouts,
-    Sandbox,
-    StatsSettings,
-    Thresholds,
-)
+from evalbot.settings.measurement import GuardPlan, HarnessServer, ProfileSettings
+from evalbot.settings.sections import EnvPolicy, IntegritySettings, SandboxSettings, StatsSettings, Thresholds
 from evalbot.settings.tiers import TierBand, TierSettings
 
 __all__ = [
-    "PROGRAMS", "STATE_DIR_NAME", "EnvPolicy", "HarnessCommands", "IntegritySettings", "ProfileSettings",
-    "ProgramTimeouts", "Sandbox", "ScoringSettings", "Settings", "StatsSettings", "Thresholds", "TierBand",
+    "STATE_DIR_NAME", "EnvPolicy", "GuardPlan", "HarnessServer", "IntegritySettings", "ProfileSettings", "SandboxSettings", "ScoringSettings", "Settings", "StatsSettings", "Thresholds", "TierBand",
     "TierSettings", "config_file", "env_name", "load_settings",
 ]

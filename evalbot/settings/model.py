@@ -17,16 +17,8 @@ from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 from evalbot.errors import ConfigError
-from evalbot.settings.sections import (
-    EnvPolicy,
-    HarnessCommands,
-    IntegritySettings,
-    ProfileSettings,
-    Sandbox,
-    StatsSettings,
-    Thresholds,
-    default_profiles,
-)
+from evalbot.settings.measurement import HarnessServer, ProfileSettings, default_profiles
+from evalbot.settings.sections import EnvPolicy, IntegritySettings, SandboxSettings, StatsSettings, Thresholds
 from evalbot.settings.tiers import DEFAULT_MIN_TIER, TierSettings
 
 ENV_PREFIX = "EVALBOT_"
@@ -63,19 +55,19 @@ class ScoringSettings(BaseSettings):
     integrity: IntegritySettings = Field(default_factory=IntegritySettings)
     stats: StatsSettings = Field(default_factory=StatsSettings)
     profiles: dict[str, ProfileSettings] = Field(default_factory=default_profiles)
-    harness: HarnessCommands = Field(default_factory=HarnessCommands)
+    harness: HarnessServer = Field(default_factory=HarnessServer)
     env: EnvPolicy = Field(default_factory=EnvPolicy)
-    sandbox: Sandbox = Field(default_factory=Sandbox)
+    sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     # The harness profile when a command or job names none; None: gpu where CUDA is available, else cpu.
     profile: str | None = None
-    # Packages a harness child must import from its own worktree (checked before any run).
-    import_roots: list[str] = Field(default_factory=lambda: ["harness", "engine", "kernels"])
     harness_manifest: str = "harness/HARNESS_PATHS"
     remote: str = "origin"  # the harness comes from <remote>/<base> when that ref exists; the worker fetches from it
     signing_key: Path | None = None  # the Ed25519 private key that signs receipts; None: "collected, not signed"
     box: str | None = None  # name of the measuring box (noise floors, box lock, worker ids); None: the host name
     templates_dir: Path | None = None  # None: the templates shipped in evalbot/report/templates/
     stderr_tail_lines: int = 30
+    # Score the merge of the PR into main's tip (what would land), not the PR head as it stands.
+    score_merge: bool = True
 
     @classmethod
     def settings_customise_sources(
@@ -87,7 +79,7 @@ class ScoringSettings(BaseSettings):
     @field_validator("profiles", mode="before")
     @classmethod
     def _profiles_extend_the_defaults(cls, value: Any) -> Any:
-        # `[profiles.gpu] rounds = 5` changes that one field; every other default stays.
+        # `[profiles.gpu] budget_s = 300` changes that one field; every other default stays.
         if isinstance(value, dict):
             defaults = {name: p.model_dump() for name, p in default_profiles().items()}
             return _deep_merge(defaults, {k: (v.model_dump() if isinstance(v, ProfileSettings) else v) for k, v in value.items()})

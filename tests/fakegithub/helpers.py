@@ -104,7 +104,7 @@ def fake_outcome(job, tier: str = "M", speedup: float = 0.08) -> ScoreOutcome:
     )
     return ScoreOutcome(
         repo=job.repo, base_ref="main", head_ref=f"pr-{job.pr_number}", base_sha=job.base_sha, head_sha=job.head_sha,
-        harness_ref="origin/main", harness_sha=job.base_sha, profile="cpu", rounds=3, reps=3, box="fake-box",
+        harness_ref="origin/main", harness_sha=job.base_sha, profile="cpu", rounds=3, box="fake-box",
         pr_number=job.pr_number, verdict=verdict, started_at="2026-01-01T00:00:00Z", scorecard=card,
         receipt=ReceiptInfo(path="", signed=False, envelope=receipt),
         check=CheckReport(conclusion="failure" if rejected else "success", title=f"DSpark eval: {tier}", summary=card),

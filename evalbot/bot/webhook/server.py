@@ -1,19 +1,29 @@
 """`evalbot serve [--host H] [--port P]`: run the webhook app (and the dashboard, /metrics) under uvicorn,
-with time limits on slow clients (`protocol`) and JSON logs (`evalbot.bot.logs`)."""
+with time limits on slow clients (`protocol`) and JSON logs (`evalbot.bot.logs`).
+
+Hardened like the worker: non-dumpable before any secret is read (its /proc/<pid>/environ and memory
+are closed to processes of the same user), the webhook secret read from a file
+(`EVALBOT_WEBHOOK_SECRET_FILE`, or `EVALBOT_SECRETS_DIR`), and no secret left in `os.environ`.
+"""
 
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import resource
 import sys
 
+from evalbot.bot.worker.secrets import scrub_secrets_from_environment
 from evalbot.errors import ConfigError
+from evalbot.measure.hardening import make_undumpable
 from evalbot.settings import load_settings
 
 FD_RESERVE = 96  # descriptors kept for the ledger, the queue, the history, logging and an accept burst
 # asyncio accepts up to `backlog` connections in one go before any of them is looked at: a small batch
 # keeps that burst inside FD_RESERVE, so a flood of connections never runs the process out of descriptors.
 ACCEPT_BACKLOG = FD_RESERVE // 3
+log = logging.getLogger("evalbot.serve")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,16 +50,23 @@ def run(args: argparse.Namespace) -> int:
     from evalbot.bot.webhook.protocol import guarded_protocol
     from evalbot.history.store import open_history
 
+    make_undumpable()
+    secret_in_environment = bool(os.environ.get("EVALBOT_WEBHOOK_SECRET"))
     try:
         settings = load_settings()
         settings.require("webhook_secret", "repo")
     except ConfigError as exc:
         print(f"evalbot serve: {exc}", file=sys.stderr)
         return 2
+    finally:
+        scrub_secrets_from_environment()
     if not 0 < args.port < 65536:
         print(f"evalbot serve: --port must be 1..65535, got {args.port}", file=sys.stderr)
         return 2
     configure_logging(args.log_level, settings.log_format)
+    if secret_in_environment:
+        log.warning("the webhook secret came from EVALBOT_WEBHOOK_SECRET; it stays in this process's start-up "
+                    "environment: give it as a file (EVALBOT_WEBHOOK_SECRET_FILE, or EVALBOT_SECRETS_DIR)")
     queue = JobQueue.from_settings(settings, busy_timeout=settings.ledger_busy_seconds)
     history = open_history(settings.redis_url, settings.history_path, busy_timeout=settings.ledger_busy_seconds)
     metrics = ServiceMetrics(queue.ledger, queue.pending_count)

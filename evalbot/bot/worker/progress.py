@@ -32,7 +32,7 @@ class CheckRunProgress:
 
 
 class RunnerProgress:
-    """The harness runner's ProgressSink (evalbot.measure.harness_runner) -> a one-line Progress."""
+    """The campaign's ProgressSink (evalbot.measure.run) -> a one-line Progress."""
 
     def __init__(self, progress: Progress):
         self.progress, self.total, self.done = progress, 0, 0
@@ -41,7 +41,7 @@ class RunnerProgress:
         self.total = total
 
     def step(self, label: str) -> None:
-        self.progress(f"{label} ({self.done}/{self.total} runs done)" if self.total else label)
+        self.progress(f"{label} ({self.done}/{self.total} done)" if self.total else label)
 
     def advance(self) -> None:
         self.done += 1

@@ -41,7 +41,6 @@ def pipeline_scorer(settings: Settings) -> Scorer:
     from evalbot import pipeline  # the scoring core; imported late so the queue side never needs it
     from evalbot.measure.checkout import fetch_job_refs
     from evalbot.measure.device import profile_for
-    from evalbot.measure.reverifier import engine_reverifier_factory
 
     checkout = settings.checkout_dir.resolve()
 
@@ -53,7 +52,6 @@ def pipeline_scorer(settings: Settings) -> Scorer:
             pr_number=job.pr_number, progress=RunnerProgress(progress),
             # one ruler: the harness of main's current tip, not of the SHA the job was queued against
             harness_ref=f"{settings.remote}/{settings.main_branch}",
-            reverifier_factory=engine_reverifier_factory(settings),
         )
 
     return score

@@ -1,111 +1,97 @@
-"""A stand-in engine for the bot's tests. Its behaviour comes from knobs.json at the repo root, so a
-"PR" branch can be faster, slower, lossy, crashing, hanging or forging by changing one file."""
+"""A stand-in engine for the bot's tests: the API the harness server (harness/serve.py, the real one)
+calls, with arithmetic instead of a model and sleeps instead of compute. Its behaviour comes from
+knobs.json at the repo root, so a "PR" branch can be faster, slower, lossy, crashing, hanging, forging
+or remembering by changing one file."""
 
-import hashlib
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 KNOBS = {
-    "token_ms": 1.0,        # AR decode time per token
+    "token_ms": 2.0,        # AR decode time per token
+    "prefill_ms_per_100": 10.0,
     "ar_speed": 1.0,        # AR speed multiplier
-    "dspark_speed": 1.25,   # DSpark speed multiplier (relative to token_ms)
+    "dspark_speed": 1.5,    # DSpark speed multiplier (relative to token_ms)
     "guard_speed": 1.0,
-    "prefill_speed": 1.0,
     "tau": 2.4,
-    "lossy_every": 0,       # every k-th DSpark run diverges from AR (0 = never)
-    "ar_shift": 0,          # shift the AR (and so every) stream: differs from main's
+    "lossy_every": 0,       # every k-th DSpark generation diverges from main's argmax (0 = never)
+    "ar_shift": 0,          # shift every stream: differs from main's
     "accuracy_flip": 0.0,   # fraction of positions whose argmax differs in the log-prob dump
-    "crash": "",            # program name that crashes
-    "hang": "",             # program name that hangs
-    "forge_clock": 1.0,     # scale time.perf_counter: timings look faster than they are
-    "canned": False,        # print a canned result line (stale nonce) on import
-    "stdout_noise": False,  # print a log line on stdout (outside the contract)
-    "env_dump": "",         # directory to dump os.environ into
-    "tamper": {},           # fields patched into every tau_check line the harness prints
+    "logit_scale": 1.0,     # scale the log-prob dump's logits (same argmax, another distribution)
+    "crash": "",            # op at which the process exits ("start" = while loading)
+    "hang": "",             # op at which the process sleeps forever
+    "fault_after": 0,       # calls of that op answered normally before it crashes or hangs
+    "forge_clock": 1.0,     # the times it reports are scaled by this (the bot's clock is not)
+    "stdout_noise": False,  # print to stdout while loading (the server points fd 1 at stderr)
+    "forge_fds": False,     # after each answer, write a forged answer line to every other pipe it has
+    "memo": False,          # remember answers by the prompt's last 16 tokens and return them at once
+    "spin": False,          # a process of its own (setsid) that keeps a core busy, frozen or not
+    "wrong_count": False,   # return one token fewer than asked for
+    "instant": False,       # never sleep: answers faster than the work could take
+    "slow_few_ms": 0.0,     # sleep this long for requests of one token (prefill-only requests)
+    "secret_probe": "",     # look for this text in its environment, every /proc/*/environ and cmdline it can
+                            # read, and the files under $HOME and /tmp; found: exit naming where
     "drafter": "d1",
 }
 KNOBS.update(json.loads((ROOT / "knobs.json").read_text()))
+# engine/boost.txt (if the tree has it) multiplies DSpark speed: lets a test move main under an open PR
+# without touching knobs.json (which the PR changes), to see that the merge of both is what is measured
+if (ROOT / "engine" / "boost.txt").is_file():
+    KNOBS["dspark_speed"] *= float((ROOT / "engine" / "boost.txt").read_text())
+VOCAB = 49152  # the bundled tokenizer's: the bot cuts windows with it
 
-if KNOBS["forge_clock"] != 1.0:
-    _real = time.perf_counter
-    time.perf_counter = lambda: _real() * KNOBS["forge_clock"]
-
-if KNOBS["tamper"]:
-    import harness._common as _c
-
-    _emit = _c.emit
-
-    def _tampered(obj):
-        _emit({**obj, **KNOBS["tamper"]} if obj.get("kind") == "tau_check" else obj)
-
-    _c.emit = _tampered
-
-if KNOBS["canned"]:
-    print(json.dumps({"schema": "dspark-harness/1", "nonce": "0123456789abcdef", "kind": "tau_check"}))
 if KNOBS["stdout_noise"]:
-    print("loading model weights ...")
-if KNOBS["env_dump"]:
-    out = Path(KNOBS["env_dump"])
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{ROOT.name}-{os.getpid()}.json").write_text(json.dumps(dict(os.environ)))
+    print("loading model weights ...", flush=True)
+    os.write(1, b"{\"schema\": \"dspark-harness/2\", \"kind\": \"generation\", \"id\": 2}\n")
+if KNOBS["secret_probe"]:
+    import glob
+    needle = KNOBS["secret_probe"]
+    places = [("os.environ", "\n".join(f"{k}={v}" for k, v in os.environ.items()).encode())]
+    for path in glob.glob("/proc/[0-9]*/environ") + glob.glob("/proc/[0-9]*/cmdline") + \
+            glob.glob(os.path.expanduser("~/**"), recursive=True)[:2000] + glob.glob("/tmp/**", recursive=True)[:2000]:
+        try:
+            with open(path, "rb") as f:
+                places.append((path, f.read(1 << 20)))
+        except OSError:
+            pass
+    for where, data in places:
+        if needle.encode() in data:
+            print(f"secret_probe: found the secret in {where}", file=os.sys.stderr, flush=True)
+            os._exit(3)
+
+if KNOBS["spin"]:
+    # out of the server's process group and session, so that stopping the group would miss it
+    import subprocess
+    import sys
+    subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True,
+                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def before(program):
-    if KNOBS["crash"] == program:
-        print("Traceback (most recent call last):\nRuntimeError: CUDA error: illegal memory access", file=sys.stderr)
-        sys.exit(1)
-    if KNOBS["hang"] == program:
+CALLS: dict = {}
+
+
+def maybe(op):
+    CALLS[op] = CALLS.get(op, 0) + 1
+    if CALLS[op] <= KNOBS["fault_after"]:
+        return
+    if KNOBS["crash"] == op:
+        print("RuntimeError: CUDA error: an illegal memory access was encountered", file=os.sys.stderr, flush=True)
+        os._exit(1)
+    if KNOBS["hang"] == op:
         time.sleep(3600)
 
 
-def prompt_tokens(text, ctx):
-    data = text.encode()
-    return [data[i % len(data)] for i in range(ctx)]
+def next_token(prefix, shift=0):
+    a = prefix[-1] if prefix else 0
+    b = prefix[-2] if len(prefix) > 1 else 0
+    return (a * 7 + b * 3 + len(prefix) + shift) % VOCAB
 
 
-def prefill(prompt):
-    time.sleep(len(prompt) * 0.00002 / KNOBS["prefill_speed"])
-
-
-def generate(prompt, n, mode, run_index=0):
-    speed = KNOBS["ar_speed"] if mode == "ar" else KNOBS["dspark_speed"]
-    time.sleep(n * KNOBS["token_ms"] / 1000.0 / speed)
-    seed = sum(prompt[-8:]) + KNOBS["ar_shift"]
-    tokens = [(seed + 31 * i) % 997 for i in range(n)]
-    if mode == "dspark" and KNOBS["lossy_every"] and (run_index + 1) % KNOBS["lossy_every"] == 0:
-        tokens[n // 2] = (tokens[n // 2] + 1) % 997
-    return tokens
-
-
-def accept_hist(block_size):
-    tau = KNOBS["tau"]
-    low = int(tau)
-    frac = tau - low
-    hist = [0] * (block_size + 1)
-    hist[low] += round((1 - frac) * 100)
-    if low + 1 <= block_size:
-        hist[low + 1] += round(frac * 100)
-    return hist
-
-
-def drafter_sha256():
-    return hashlib.sha256(KNOBS["drafter"].encode()).hexdigest()
-
-
-def guard_decode(name, n):
-    time.sleep(n * 0.0005 / KNOBS["guard_speed"])
-
-
-def guard_prefill(name, ctx):
-    time.sleep(ctx * 0.00002 / KNOBS["guard_speed"])
-
-
-def logprobs(positions):
-    flip_every = int(1 / KNOBS["accuracy_flip"]) if KNOBS["accuracy_flip"] else 0
-    argmax = [(7 * i) % 50 + (1 if flip_every and i % flip_every == 0 else 0) for i in range(positions)]
-    logp = [-0.5 - (0.5 if flip_every and i % flip_every == 0 else 0.0) for i in range(positions)]
-    return {"argmax": argmax, "logp": logp}
+def forge_others():
+    for fd in range(3, 40):
+        try:
+            os.write(fd, b'{"schema": "dspark-harness/2", "kind": "generation", "id": 999, "tokens": []}\n')
+        except OSError:
+            pass

@@ -1,0 +1,66 @@
+"""Differential accuracy over the full vocabulary, computed by the bot from both refs' log-probs.
+
+Each ref's process returns its teacher-forced log-softmax over the whole vocabulary at the same
+positions of the same windows (float32); the bot computes everything here. KL(main || PR) is summed
+over every token of the vocabulary, not renormalised over top-k sets (which read logits scaled by 1.3
+as KL 0.0996 where the full value is 0.155). A PR log-prob is floored at LOGPROB_FLOOR before the
+sum, so a token the PR rules out entirely counts as a huge divergence, never as an undefined one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from pydantic import BaseModel
+
+LOGPROB_FLOOR = -100.0
+PERCENTILES = (50, 90, 99)
+
+
+class AccuracySummary(BaseModel):
+    positions: int
+    top1: float  # share of positions where both refs' argmax agree
+    kl_mean: float  # mean over positions of KL(main || PR), full vocabulary, nats
+    kl_percentiles: dict[str, float]  # "p50", "p90", "p99"
+    kl_max: float
+    kl_histogram: list[int]  # positions per bin of KL_EDGES
+    ppl_main: float
+    ppl_pr: float
+
+
+KL_EDGES = (0.0, 1e-4, 1e-3, 1e-2, 0.05, 0.1, 0.5, 1.0, float("inf"))
+
+
+def kl_rows(main_lp: np.ndarray, pr_lp: np.ndarray) -> np.ndarray:
+    """Per-position KL(main || PR) in float64: sum_v p_main (log p_main - log p_pr)."""
+    if main_lp.shape != pr_lp.shape or main_lp.ndim != 2:
+        raise ValueError(f"log-prob arrays differ in shape: {main_lp.shape} vs {pr_lp.shape}")
+    m = main_lp.astype(np.float64)
+    p = np.maximum(pr_lp.astype(np.float64), LOGPROB_FLOOR)
+    pm = np.exp(m)
+    return np.maximum(np.where(pm > 0, pm * (m - p), 0.0).sum(axis=1), 0.0)  # >= 0; rounding aside
+
+
+def summarize_accuracy(main_lp: np.ndarray, pr_lp: np.ndarray, targets: Sequence[int]) -> AccuracySummary:
+    """main_lp, pr_lp [positions, vocab]: log-probs predicting `targets` (the real next tokens)."""
+    if not np.isfinite(main_lp).all():
+        raise ValueError("main's log-probs are not finite")
+    pr_lp = np.nan_to_num(pr_lp, nan=LOGPROB_FLOOR, neginf=LOGPROB_FLOOR, posinf=0.0)
+    n = main_lp.shape[0]
+    t = np.asarray(targets, dtype=np.int64)
+    if t.shape != (n,):
+        raise ValueError(f"{len(t)} targets for {n} positions")
+    kl = kl_rows(main_lp, pr_lp)
+    rows = np.arange(n)
+    hist, _ = np.histogram(kl, bins=np.asarray(KL_EDGES))
+    return AccuracySummary(
+        positions=n,
+        top1=float((main_lp.argmax(1) == pr_lp.argmax(1)).mean()),
+        kl_mean=float(kl.mean()),
+        kl_percentiles={f"p{q}": float(np.percentile(kl, q)) for q in PERCENTILES},
+        kl_max=float(kl.max()),
+        kl_histogram=[int(x) for x in hist],
+        ppl_main=float(np.exp(-np.maximum(main_lp[rows, t].astype(np.float64), LOGPROB_FLOOR).mean())),
+        ppl_pr=float(np.exp(-np.maximum(pr_lp[rows, t].astype(np.float64), LOGPROB_FLOOR).mean())),
+    )

@@ -1,0 +1,51 @@
+"""When a scoring has measured enough: adaptive stopping, as a pure function of what was measured.
+
+More rounds are worth their time only while they could still change the verdict. A scoring stops
+when the DSpark speedup's confidence interval lies within one tier band (or wholly below the lowest
+tier), every AR and guard gate is clear of its bar on both sides of its interval, or a gate has
+already failed for good (the PR's integrity or losslessness). Otherwise it goes on until the budget or
+the corpus runs out, and the verdict says so.
+"""
+
+from __future__ import annotations
+
+from evalbot.decide.gates import gate_integrity
+from evalbot.decide.measurements import Measurements
+from evalbot.decide.stats import cluster_bootstrap_ci
+from evalbot.decide.tiers import band_for
+from evalbot.settings import ScoringSettings
+
+
+def _ci(values: list[float], groups: list[int], settings: ScoringSettings) -> tuple[float, float]:
+    st = settings.stats
+    return cluster_bootstrap_ci(values, groups, resamples=min(st.bootstrap_resamples, 500), seed=st.bootstrap_seed,
+                                confidence=st.confidence)
+
+
+def decided(m: Measurements, settings: ScoringSettings) -> tuple[bool, str]:
+    th, tiers = settings.thresholds, settings.tiers
+    if gate_integrity(m).status == "fail":
+        return True, "an integrity finding on the PR: no number of rounds can change the verdict"
+    if any(c.pr_verified < c.pr_streams for c in m.cells):
+        return True, "a DSpark stream that is not main's greedy continuation: REJECT whatever the speed"
+    if len(m.speedup_rounds) < 2:
+        return False, "too few rounds for an interval"
+    lo, hi = _ci(m.speedup_rounds, m.speedup_groups, settings)
+    lo_pct, hi_pct = (lo - 1) * 100, (hi - 1) * 100
+    floor_pct = m.noise.dspark_decode * 100
+    lowest = tiers.bands[0].min_pct
+    speed_done = hi_pct < lowest or (band_for(lo_pct, tiers) == band_for(hi_pct, tiers) and lo_pct > floor_pct)
+    if not speed_done:
+        return False, f"DSpark speedup CI {lo_pct:+.1f}% … {hi_pct:+.1f}% spans more than one tier"
+    for c in m.cells:
+        bar = th.ar_ratio_min - m.noise.ar_decode
+        a, b = _ci(c.ar_ratios, list(range(len(c.ar_ratios))), settings) if len(c.ar_ratios) >= 2 else (0.0, 2.0)
+        if a < bar < b:
+            return False, f"AR {c.name}: CI {a:.3f}× … {b:.3f}× straddles the bar {bar:.3f}×"
+    for g in m.guards:
+        for ratios, bar in ((g.generation_ratios, th.guard_decode_ratio_min - m.noise.guard_decode),
+                            (g.prefill_ratios, th.guard_prefill_ratio_min - m.noise.guard_prefill)):
+            a, b = _ci(ratios, list(range(len(ratios))), settings) if len(ratios) >= 2 else (0.0, 2.0)
+            if a < bar < b:
+                return False, f"guard {g.guard}: CI {a:.3f}× … {b:.3f}× straddles the bar {bar:.3f}×"
+    return True, f"DSpark speedup CI {lo_pct:+.1f}% … {hi_pct:+.1f}% within one tier, every speed gate clear"

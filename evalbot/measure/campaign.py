@@ -1,0 +1,328 @@
+"""One measuring campaign: main's and the PR's harness servers alive side by side, requests alternated
+between them, each timed by the bot while every other process is frozen.
+
+    start P servers per ref (in parallel)  ->  hello, guards loaded  ->  warm-up (windows of its own)
+    ->  accuracy dumps (both refs, the same windows)  ->  rounds until decided, or the budget or the
+    corpus runs out  ->  every DSpark stream re-verified by main's engine in main's process
+
+A round uses one (main process, PR process) pair, in turn, so that every pairing is sampled and
+process-to-process variance shows in the spread of rounds instead of hiding in one pair. In a round
+every cell (corpus x context) gets two fresh windows, one for AR and one for DSpark, each sent to both
+refs back to back, ABBA across the cells and rounds; the guards get fresh random prompts. Only the
+process being timed is thawed: the others are frozen, threads and all, so neither side can load the
+CPU or GPU during the other's measurement; on a GPU box the bot also waits, before it starts the clock,
+until no other context keeps the GPU busy (`GpuContention`).
+"""
+
+from __future__ import annotations
+
+import random
+import secrets
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from evalbot.decide.accuracy import summarize_accuracy
+from evalbot.decide.records import (Finding, Generation, ProcessInfo, Records, Ref, Reported, StopReason, Verification,
+                                    WindowRef)
+from evalbot.measure.client import ProtocolViolation, Response
+from evalbot.measure.plan import Cell, GuardPlan, Plan
+from evalbot.measure.servers import Failure, Process, Spawner, failure, start_servers
+from evalbot.measure.windows import CorpusExhausted, Window, WindowAllocator
+
+
+StopRule = Callable[[Records], "tuple[bool, str]"]  # records so far -> (stop?, why)
+
+
+@dataclass
+class Campaign:
+    plan: Plan
+    spawn: Spawner
+    corpora: dict[str, list[int]]
+    stop_rule: StopRule
+    progress: Callable[[str], None] = lambda msg: None
+    contention: object | None = None  # GpuContention or None (CPU box)
+    seed: int = field(default_factory=lambda: secrets.randbits(63))
+    sandbox: str = ""
+    freezer: str = ""
+    aa: bool = False  # both refs are main (a calibration)
+
+    def __post_init__(self) -> None:
+        self.records = Records(profile=self.plan.profile, processes_per_ref=self.plan.processes, seed=0,
+                               sandbox=self.sandbox, freezer=self.freezer)
+        shadow = self.plan.new_tokens + 64
+        self.windows = WindowAllocator(self.corpora, self.seed, shadow)
+        self.rng = random.Random(self.seed ^ 0x5EED)
+        self.procs: dict[Ref, list[Process]] = {"base": [], "head": []}
+        self.seq = 0
+        self.active: Process | None = None
+
+    # -- running ------------------------------------------------------------------------------
+    def run(self) -> Records:
+        t0 = time.monotonic()
+        try:
+            self._start_all()
+            self._load_guards()
+            self._warm_up()
+            self._accuracy()
+            self._rounds(t0)
+            self._check_quiet()
+        except Failure as f:
+            self.records.findings.append(f.finding)
+            if self.records.stop is None:
+                self.records.stop = StopReason(rounds=self._rounds_done(), reason="failure", detail=f.finding.message)
+        finally:
+            self._kill_all()
+            self.records.wall_s = time.monotonic() - t0
+            self.records.seed = self.seed  # revealed only once nothing can be asked any more
+        return self.records
+
+    def _rounds_done(self) -> int:
+        return len({g.round for g in self.records.generations if g.round >= 0})
+
+    def _fail(self, proc: Process | None, where: str, message: str) -> Failure:
+        return failure(proc, where, message)
+
+    # -- processes -----------------------------------------------------------------------------
+    def _start_all(self) -> None:
+        self.progress(f"starting {self.plan.processes} harness server(s) per ref")
+        self.procs = start_servers(self.plan, self.spawn)
+        for p in self._all():
+            info = p.client.info
+            self.records.processes.append(ProcessInfo(
+                ref=p.ref, index=p.index, startup_s=p.startup_s, model_sha256=str(info.get("model_sha256", "")),
+                drafter_sha256=str(info.get("drafter_sha256", "")), device=str(info.get("device", "")),
+                torch=str(info.get("torch", "")), triton=str(info.get("triton", "")),
+                block_size=int(info.get("block_size") or 0), sandboxed="OFF" not in self.sandbox))
+        for p in self._all():
+            p.handle.freeze()
+
+    def _all(self) -> list[Process]:
+        return [*self.procs["base"], *self.procs["head"]]
+
+    def _kill_all(self) -> None:
+        for p in self._all():
+            try:
+                p.handle.kill()
+            except Exception:  # noqa: BLE001 - best effort; the sandbox's namespace dies with it
+                pass
+
+    # -- one request ---------------------------------------------------------------------------
+    def _ask(self, proc: Process, req: dict, expect: str, *, max_payload: int = 0, timeout: float | None = None) -> Response:
+        """Thaw only `proc`, wait for a quiet GPU, ask, freeze it again."""
+        proc.handle.thaw()
+        try:
+            if self.contention is not None and not self.contention.wait_quiet():
+                # main's processes are main's code; with PR processes alive, a frozen one holds the GPU
+                suspect = "head" if self.procs["head"] and not self.aa else None
+                raise Failure(Finding(ref=suspect, where="GPU", message=(
+                    f"the GPU stayed busy with every process but {proc.label} frozen: a frozen process left work "
+                    "running on it (kernels queued before it was frozen)")))
+            try:
+                return proc.client.request(req, expect=expect, timeout=timeout or self.plan.request_timeout_s,
+                                           max_payload=max_payload)
+            except ProtocolViolation as e:
+                raise self._fail(proc, f"{req.get('op')} ({proc.label})", str(e)) from None
+        finally:
+            if proc.handle.poll() is None:
+                proc.handle.freeze()
+
+    def _generate(self, proc: Process, rnd: int, pairing: int, cell: Cell, mode: str, window: Window,
+                  new_tokens: int, model: str = "main", prompt: Sequence[int] | None = None) -> Generation:
+        ids = list(prompt if prompt is not None else window.ids)
+        r = self._ask(proc, {"op": "generate", "mode": mode, "model": model, "prompt": ids, "new_tokens": new_tokens},
+                      "generation")
+        h = r.head
+        tokens = h.get("tokens")
+        if not isinstance(tokens, list) or not all(isinstance(t, int) and t >= 0 for t in tokens):
+            raise self._fail(proc, f"generate ({proc.label})", "the generation carries no list of token ids")
+        stats = h.get("stats") if isinstance(h.get("stats"), dict) else {}
+        rep = Reported(prefill_s=_num(h.get("prefill_s")), decode_s=_num(h.get("decode_s")), tau=_num(stats.get("tau")),
+                       accept_hist=[int(x) for x in stats.get("accept_hist", []) if isinstance(x, int)])
+        self.seq += 1
+        g = Generation(round=rnd, pairing=pairing, ref=proc.ref, process=proc.index, corpus=cell.corpus, ctx=cell.ctx,
+                       mode=mode, model=model, new_tokens=new_tokens, tokens=tokens, bot_s=r.seconds, seq=self.seq,
+                       window=WindowRef(corpus=window.corpus, offset=window.offset, length=window.length,
+                                        sha256=window.sha256), reported=rep)
+        self.records.generations.append(g)
+        return g
+
+    # -- phases --------------------------------------------------------------------------------
+    def _load_guards(self) -> None:
+        self.guard_vocab: dict[str, int] = {}
+        for g in self.plan.guards:
+            self.progress(f"loading guard {g.name}")
+            for p in self._all():
+                r = self._ask(p, {"op": "load_guard", "name": g.name, "max_seq_len": g.ctx + g.new_tokens + 64}, "guard",
+                              timeout=self.plan.startup_timeout_s)
+                vocab = r.head.get("vocab_size")
+                if not isinstance(vocab, int) or vocab < 2:
+                    raise self._fail(p, f"load_guard ({p.label})", "the guard answer carries no vocabulary size")
+                self.guard_vocab[g.name] = vocab
+
+    def _guard_prompt(self, g: GuardPlan) -> Window:
+        """Guards are random-weight models timed for speed only: their prompts are fresh random ids from
+        the secret seed (never repeated, so no answer can be remembered), not text."""
+        ids = tuple(self.rng.randrange(self.guard_vocab[g.name]) for _ in range(g.ctx))
+        return Window(corpus=f"random:{g.name}", offset=self.seq, length=g.ctx, ids=ids)
+
+    def _warm_up(self) -> None:
+        """Compile, capture and warm every process on windows of its own, all processes at once (nothing
+        is timed here)."""
+        self.progress("warm-up (windows of its own, untimed)")
+        jobs = {}
+        for p in self._all():
+            work = [(cell, mode, self._take(cell, [p.label]), self.plan.new_tokens, "main")
+                    for cell in self.plan.cells for mode in ("ar", "dspark")]
+            for g in self.plan.guards:
+                w = self._guard_prompt(g)
+                work.append((Cell(w.corpus, g.ctx), "ar", w, g.new_tokens, f"guard:{g.name}"))
+            jobs[p.label] = (p, work)
+        errors: list[Failure] = []
+
+        def warm(p: Process, work) -> None:
+            try:
+                for cell, mode, w, n, model in work:
+                    r = p.client.request({"op": "generate", "mode": mode, "model": model, "prompt": list(w.ids),
+                                          "new_tokens": n}, expect="generation", timeout=self.plan.startup_timeout_s)
+                    if len(r.head.get("tokens") or []) != n:
+                        raise ProtocolViolation(f"a warm-up generation returned {len(r.head.get('tokens') or [])} tokens for {n}")
+            except ProtocolViolation as e:
+                errors.append(self._fail(p, f"warm-up ({p.label})", str(e)))
+
+        for p, _ in jobs.values():
+            p.handle.thaw()
+        threads = [threading.Thread(target=warm, args=job, daemon=True) for job in jobs.values()]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        for p, _ in jobs.values():
+            if p.handle.poll() is None:
+                p.handle.freeze()
+        if errors:
+            raise errors[0]
+
+    def _take(self, cell: Cell, viewers: Sequence[str]) -> Window:
+        try:
+            return self.windows.take(cell.corpus, cell.ctx, viewers)
+        except CorpusExhausted as e:
+            raise Failure(Finding(ref=None, where="windows", message=str(e))) from None
+
+    def _accuracy(self) -> None:
+        if not self.plan.accuracy or not self.plan.accuracy_positions:
+            return
+        self.progress("accuracy: both refs' log-probs over the full vocabulary")
+        n = self.plan.accuracy_positions
+        main_rows, pr_rows, targets = [], [], []
+        pair = (self.procs["base"][0], self.procs["head"][0])
+        for cell in self.plan.accuracy:
+            w = self._take(cell, [p.label for p in pair])
+            start = cell.ctx - n
+            rows = {}
+            for p in pair:
+                vocab = int(p.client.info.get("vocab_size") or 0)
+                r = self._ask(p, {"op": "logprobs", "prompt": list(w.ids), "start": start}, "logprobs",
+                              max_payload=4 * n * max(vocab, 1))
+                if r.head.get("positions") != n or r.head.get("dtype") != "float32" or len(r.payload) != 4 * n * vocab:
+                    raise self._fail(p, f"logprobs ({p.label})", "the log-prob dump has the wrong shape")
+                rows[p.ref] = np.frombuffer(r.payload, dtype=np.float32).reshape(n, vocab)
+            main_rows.append(rows["base"])
+            pr_rows.append(rows["head"])
+            targets += list(w.ids[start:])
+        summary = summarize_accuracy(np.concatenate(main_rows), np.concatenate(pr_rows), targets)
+        self.records.accuracy = summary.model_dump(mode="json")
+
+    def _pairings(self) -> list[tuple[int, int]]:
+        P = self.plan.processes
+        return [(i, (i + k) % P) for k in range(P) for i in range(P)]
+
+    def _pair(self, rnd: int) -> tuple[Process, Process]:
+        mi, hi = self._pairings()[rnd % len(self._pairings())]
+        return self.procs["base"][mi], self.procs["head"][hi]
+
+    def _rounds(self, t0: float) -> None:
+        rnd = 0
+        round_s: list[float] = []
+        while True:
+            why = self._why_stop(rnd, t0, round_s)
+            if why:
+                self.records.stop = StopReason(rounds=rnd, reason=why[0], detail=why[1])
+                return
+            ts = time.monotonic()
+            pi = rnd % len(self._pairings())
+            m, h = self._pair(rnd)
+            self.progress(f"round {rnd + 1}: main process {m.index + 1} vs PR process {h.index + 1}")
+            k = 0
+            for cell in self.plan.cells:
+                for mode in ("dspark", "ar"):
+                    w = self._take(cell, [m.label, h.label])
+                    first, second = (m, h) if (rnd + k) % 2 == 0 else (h, m)
+                    k += 1
+                    for p in (first, second):
+                        self._generate(p, rnd, pi, cell, mode, w, self.plan.new_tokens)
+            for g in self.plan.guards:
+                for n_new in (g.new_tokens, 1):
+                    w = self._guard_prompt(g)
+                    first, second = (m, h) if (rnd + k) % 2 == 0 else (h, m)
+                    k += 1
+                    for p in (first, second):
+                        self._generate(p, rnd, pi, Cell(w.corpus, g.ctx), "ar", w, n_new, model=f"guard:{g.name}")
+            self._verify_round(rnd)
+            rnd += 1
+            round_s.append(time.monotonic() - ts)
+
+    def _why_stop(self, rnd: int, t0: float, round_s: list[float]) -> tuple[str, str] | None:
+        if rnd >= self.plan.max_rounds:
+            return ("max rounds", f"{rnd} rounds, the profile's maximum")
+        m, h = self._pair(rnd)
+        for corpus in {c.corpus for c in self.plan.cells}:
+            longest = max(c.ctx for c in self.plan.cells if c.corpus == corpus)
+            need = 2 * sum(1 for c in self.plan.cells if c.corpus == corpus)
+            if self.windows.capacity(corpus, longest, [m.label, h.label]) < need:
+                return ("corpus", f"no unseen {corpus} windows left for another round of {m.label} and {h.label}")
+        if rnd >= self.plan.min_rounds:
+            stop, detail = self.stop_rule(self.records)
+            if stop:
+                return ("decided", detail)
+        if round_s:
+            next_s = max(round_s[-3:])
+            if time.monotonic() - t0 + next_s > self.plan.budget_s:
+                return ("budget", f"the {self.plan.budget_s:.0f} s budget would be exceeded by another round")
+        return None
+
+    def _verify_round(self, rnd: int) -> None:
+        """Main's engine re-checks every DSpark stream of the round (both refs), in main's process."""
+        verifier = self.procs["base"][0]
+        tol = self.plan.verify_tolerance
+        for g in [x for x in self.records.generations if x.round == rnd and x.mode == "dspark" and x.model == "main"]:
+            ids = self._window_ids(g)
+            r = self._ask(verifier, {"op": "verify", "prompt": ids, "tokens": g.tokens}, "verify")
+            argmax, gap = r.head.get("argmax"), r.head.get("gap")
+            if not (isinstance(argmax, list) and isinstance(gap, list) and len(argmax) == len(gap) == len(g.tokens)):
+                raise self._fail(verifier, "verify", "main's verifier answered a malformed result")
+            mism = [i for i, (t, a, d) in enumerate(zip(g.tokens, argmax, gap)) if t != a and float(d) > tol]
+            ties = [i for i, (t, a, d) in enumerate(zip(g.tokens, argmax, gap)) if t != a and float(d) <= tol]
+            self.records.verifications.append(Verification(
+                ref=g.ref, process=g.process, round=rnd, corpus=g.corpus, ctx=g.ctx, window_sha256=g.window.sha256,
+                tokens=len(g.tokens), mismatches=mism, near_ties=ties,
+                worst_gap=max((float(d) for t, a, d in zip(g.tokens, argmax, gap) if t != a), default=0.0),
+                tolerance=tol))
+
+    def _window_ids(self, g: Generation) -> list[int]:
+        ids = self.corpora[g.window.corpus]
+        return list(ids[g.window.offset : g.window.offset + g.window.length])
+
+    def _check_quiet(self) -> None:
+        """Nothing may be left unread on a protocol channel: output nobody asked for is forged."""
+        for p in self._all():
+            extra = p.client.unread()
+            if extra:
+                raise self._fail(p, p.label, f"{extra} bytes of output nobody asked for")
+
+
+def _num(v) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None

@@ -1,0 +1,57 @@
+"""What one campaign measures, as plain data: the cells, the guards, the accuracy windows, the limits.
+Built from a profile's settings (evalbot/settings/measurement.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from evalbot.settings import ProfileSettings
+
+
+@dataclass(frozen=True)
+class Cell:
+    corpus: str
+    ctx: int
+
+
+@dataclass(frozen=True)
+class GuardPlan:
+    name: str
+    ctx: int
+    new_tokens: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    profile: str
+    cells: tuple[Cell, ...]
+    new_tokens: int
+    processes: int
+    guards: tuple[GuardPlan, ...] = ()
+    accuracy: tuple[Cell, ...] = ()  # windows whose last `accuracy_positions` tokens are scored
+    accuracy_positions: int = 0
+    min_rounds: int = 2
+    max_rounds: int = 200
+    budget_s: float = 600.0
+    startup_timeout_s: float = 900.0
+    request_timeout_s: float = 300.0
+    verify_tolerance: float = 0.05
+
+
+def plan_for(name: str, p: ProfileSettings, *, gpu: bool, budget_s: float | None = None) -> Plan:
+    return Plan(
+        profile=name,
+        cells=tuple(Cell(c, x) for x in p.contexts for c in p.corpora),
+        new_tokens=p.new_tokens,
+        processes=p.processes,
+        guards=tuple(GuardPlan(g.name, g.ctx, g.new_tokens) for g in p.guards),
+        accuracy=tuple(Cell(c, p.accuracy_ctx) for c in p.corpora) if p.accuracy_positions else (),
+        accuracy_positions=p.accuracy_positions,
+        min_rounds=p.rounds_floor,
+        max_rounds=p.max_rounds,
+        budget_s=p.budget_s if budget_s is None else budget_s,
+        startup_timeout_s=p.startup_timeout_s,
+        request_timeout_s=p.request_timeout_s,
+        # a near-tie: batched and single-token kernels of a changed build may round differently there
+        verify_tolerance=0.05 if gpu else 1e-3,
+    )

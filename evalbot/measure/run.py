@@ -1,0 +1,91 @@
+"""One measuring campaign for a scoring or a calibration: the two trees (main's tip, and the candidate
+with main's harness laid over it), the harness servers in their sandboxes, the corpora, the plan, the
+stopping rule; returns the records (evalbot.decide.records)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Protocol
+
+from evalbot.decide.measurements import summarize
+from evalbot.decide.noise import NoiseFloor
+from evalbot.decide.records import Records, Ref
+from evalbot.decide.stopping import decided
+from evalbot.measure import gitops
+from evalbot.measure.campaign import Campaign
+from evalbot.measure.checkout import PinnedHarness, exported_trees
+from evalbot.measure.client import ServerClient
+from evalbot.measure.corpus import load_corpora
+from evalbot.measure.environment import scrub_env
+from evalbot.measure.gpu_contention import GpuContention
+from evalbot.measure.plan import plan_for
+from evalbot.measure.proc import SandboxedProcess
+from evalbot.measure.sandbox import MODEL_DIR, SandboxSpec, check_sandbox, gpu_for
+from evalbot.settings import Settings
+
+
+class ProgressSink(Protocol):
+    def begin(self, total: int) -> None: ...
+
+    def step(self, label: str) -> None: ...
+
+    def advance(self) -> None: ...
+
+
+def model_path(settings: Settings) -> Path:
+    if settings.harness.model:
+        return Path(settings.harness.model).expanduser()
+    from engine.model_files import bundled_model_path  # the bot's own copy: fetches and checks the pinned file
+
+    return bundled_model_path()
+
+
+def _has_gpu() -> bool:
+    try:
+        import torch
+    except ImportError:  # pragma: no cover
+        return False
+    return torch.cuda.is_available()
+
+
+def run_campaign(repo: Path, pinned: PinnedHarness, shas: Mapping[Ref, str], settings: Settings, profile: str, *,
+                 noise: NoiseFloor, rounds: int | None = None, budget_s: float | None = None,
+                 progress: ProgressSink | None = None, environ: Mapping[str, str] | None = None,
+                 aa: bool = False) -> Records:
+    import os
+
+    prof = settings.profile_settings(profile)
+    gpu = _has_gpu()
+    plan = plan_for(profile, prof, gpu=gpu, budget_s=budget_s)
+    if rounds is not None:
+        plan = replace(plan, min_rounds=rounds, max_rounds=rounds)
+    model = model_path(settings)
+    corpora = load_corpora(repo, pinned.harness_sha, prof.corpora, model)
+    env = scrub_env(os.environ if environ is None else environ, settings.env)
+    python = settings.harness.python or sys.executable
+    check_sandbox(settings.sandbox)  # one line naming what to install, before anything is exported
+    if progress is not None:
+        progress.begin(0)
+    with gitops.scratch_dir("evalbot-run-") as scratch:
+        with exported_trees(pinned, scratch, ("main", "pr"), (shas["base"], shas["head"])) as (main_tree, pr_tree):
+            trees = {"base": main_tree, "head": pr_tree}
+
+            def spawn(ref: Ref, index: int, nonce: str):
+                label = f"{'main' if ref == 'base' else 'pr'}-{index + 1}"
+                spec = SandboxSpec(label=label, tree=trees[ref], model=model, env=env, gpu=gpu_for(settings.sandbox))
+                inside = MODEL_DIR / model.name if settings.sandbox.enabled else model
+                argv = settings.harness.command(python, str(inside))
+                handle = SandboxedProcess.start(spec, argv, settings.sandbox)
+                campaign.records.sandbox, campaign.records.freezer = handle.description, handle.freezer
+                return handle, ServerClient(handle.stdin, handle.stdout, label, nonce)
+
+            campaign = Campaign(
+                plan, spawn, corpora,
+                stop_rule=lambda rec: decided(summarize(rec, noise=noise, integrity=settings.integrity), settings),
+                progress=(progress.step if progress is not None else (lambda msg: None)),
+                contention=GpuContention.for_box() if gpu else None, aa=aa,
+            )
+            return campaign.run()

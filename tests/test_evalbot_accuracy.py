@@ -1,0 +1,56 @@
+"""Differential accuracy over the full vocabulary, computed by the bot from both refs' log-probs."""
+
+import numpy as np
+import pytest
+
+from evalbot.decide.accuracy import LOGPROB_FLOOR, kl_rows, summarize_accuracy
+
+
+def log_softmax(x):
+    x = x - x.max(1, keepdims=True)
+    return x - np.log(np.exp(x).sum(1, keepdims=True))
+
+
+def topk_renormalised_kl(m, p, k=128):
+    """The old gate's KL: over the union of both top-k sets, each side renormalised there."""
+    out = []
+    for a, b in zip(m, p):
+        idx = np.union1d(np.argsort(a)[-k:], np.argsort(b)[-k:])
+        pa, pb = np.exp(a[idx]), np.exp(b[idx])
+        pa, pb = pa / pa.sum(), pb / pb.sum()
+        out.append(float((pa * (np.log(pa) - np.log(pb))).sum()))
+    return float(np.mean(out))
+
+
+def test_full_vocabulary_kl_catches_what_top_k_renormalisation_hides():
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(64, 4096)) * 2.0
+    main, pr = log_softmax(logits), log_softmax(logits * 1.3)  # same argmax everywhere, another distribution
+    full = summarize_accuracy(main.astype(np.float32), pr.astype(np.float32), rng.integers(0, 4096, 64))
+    assert full.top1 == 1.0
+    assert full.kl_mean > topk_renormalised_kl(main, pr) * 1.2  # the renormalised value understates it
+    assert full.kl_mean == pytest.approx(float(np.mean(kl_rows(main, pr))))
+
+
+def test_identical_dumps_have_zero_kl_and_equal_perplexity():
+    rng = np.random.default_rng(1)
+    lp = log_softmax(rng.normal(size=(32, 500))).astype(np.float32)
+    s = summarize_accuracy(lp, lp.copy(), rng.integers(0, 500, 32))
+    assert s.kl_mean == 0.0 and s.kl_max == 0.0 and s.top1 == 1.0 and s.ppl_main == pytest.approx(s.ppl_pr)
+    assert sum(s.kl_histogram) == 32 and set(s.kl_percentiles) == {"p50", "p90", "p99"}
+
+
+def test_a_token_the_pr_rules_out_is_a_huge_divergence_not_undefined():
+    main = log_softmax(np.zeros((2, 8))).astype(np.float32)
+    pr = main.copy()
+    pr[0, 3] = -np.inf
+    s = summarize_accuracy(main, pr, [1, 2])
+    assert np.isfinite(s.kl_max) and s.kl_max > 10  # floored at LOGPROB_FLOOR, never NaN
+    assert LOGPROB_FLOOR == -100.0
+
+
+def test_shapes_must_match():
+    with pytest.raises(ValueError, match="shape"):
+        summarize_accuracy(np.zeros((2, 4), np.float32), np.zeros((2, 5), np.float32), [0, 1])
+    with pytest.raises(ValueError, match="targets"):
+        summarize_accuracy(np.zeros((2, 4), np.float32), np.zeros((2, 4), np.float32), [0])

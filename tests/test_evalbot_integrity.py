@@ -1,0 +1,56 @@
+"""Integrity: what the bot holds each process's answers to, and whose fault a problem is."""
+
+from evalbot.decide.integrity import check_records, first_divergence
+from evalbot.decide.records import Finding, Reported
+from evalbot.settings import IntegritySettings
+from evalbot.testing import builders as b
+
+CFG = IntegritySettings()
+
+
+def test_consistent_records_have_no_findings():
+    assert check_records(b.records([0.8, 0.8, 0.9]), CFG).findings == []
+
+
+def test_findings_of_the_measuring_side_keep_their_attribution():
+    rec = b.records([0.8], findings=[Finding(ref="head", where="generate (PR process 1)", message="forged"),
+                                      Finding(ref=None, where="sandbox", message="bwrap missing")])
+    report = check_records(rec, CFG)
+    assert [f.message for f in report.of("head")] == ["forged"] and [f.where for f in report.of(None)] == ["sandbox"]
+
+
+def test_a_generation_of_the_wrong_length_is_a_finding_on_its_side():
+    rec = b.records([0.8])
+    g = next(x for x in rec.generations if x.ref == "head")
+    g.tokens = g.tokens[:-1]
+    (f,) = check_records(rec, CFG).of("head")
+    assert "returned 15 tokens where 16 were asked for" in f.message
+
+
+def test_a_report_longer_than_the_bots_clock_cannot_be_true():
+    rec = b.records([0.8])
+    g = next(x for x in rec.generations if x.ref == "head")
+    g.reported = Reported(prefill_s=0.1, decode_s=g.bot_s * 2)
+    (f,) = check_records(rec, CFG).of("head")
+    assert "cannot be true" in f.message
+
+
+def test_an_answer_faster_than_it_could_be_computed():
+    report = check_records(b.records([0.1, 0.8]), CFG)  # round 1: PR in 0.1 s what took main 1.0 s
+    (f,) = report.of("head")
+    assert "faster than 5x main" in f.message and "round 1" in f.where
+    assert check_records(b.records([0.25]), CFG).findings == []  # 4x faster: a real (huge) speedup
+
+
+def test_one_finding_per_kind_of_problem_not_per_request():
+    rec = b.records([0.8] * 4)
+    for g in rec.generations:
+        if g.ref == "head":
+            g.tokens = g.tokens[:-1]
+    assert len(check_records(rec, CFG).of("head")) == 1
+
+
+def test_first_divergence():
+    assert first_divergence([1, 2, 3], [1, 2, 3]) is None
+    assert first_divergence([1, 2, 3], [1, 9, 3]) == 1
+    assert first_divergence([1, 2], [1, 2, 3]) == 2

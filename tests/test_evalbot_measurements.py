@@ -1,0 +1,69 @@
+"""From campaign records to measurements: bot-timed ratios per round, what was only reported, the clock check."""
+
+import pytest
+
+from evalbot.decide.measurements import clock_check, summarize
+from evalbot.decide.records import Reported
+from evalbot.testing import builders as b
+
+NOISE = b.noise(0.01)
+
+
+def test_round_ratios_are_mains_seconds_over_the_prs_on_the_same_window():
+    m = summarize(b.records([0.8, 1.0, 0.5]), noise=NOISE)
+    assert m.rounds == 3 and m.speedup_rounds == pytest.approx([1.25, 1.0, 2.0])
+    assert [c.name for c in m.cells] == ["code@256", "prose@256"]
+    c = m.cells[0]
+    assert c.dspark_ratios == pytest.approx([1.25, 1.0, 2.0]) and c.ar_ratios == pytest.approx([1.0, 1.0, 1.0])
+    assert c.main_dspark_tps == pytest.approx(16.0) and c.pr_dspark_tps == pytest.approx(16 / 0.8)
+    assert c.pr_streams == c.pr_verified == 3 and c.ar_compared == c.ar_equal == 3
+
+
+def test_rounds_carry_their_pairing_for_the_interval():
+    m = summarize(b.records([0.9] * 6, processes=2), noise=NOISE)
+    assert m.speedup_groups == [0, 1, 2, 3, 0, 1]
+    assert {(r.main_process, r.pr_process) for r in m.round_summaries} == {(0, 0), (1, 1), (0, 1), (1, 0)}
+
+
+def test_an_incomplete_round_gives_no_speedup_sample():
+    rec = b.records([0.8, 0.8])
+    rec.generations = [g for g in rec.generations if not (g.round == 1 and g.ref == "head" and g.corpus == "prose")]
+    m = summarize(rec, noise=NOISE)
+    assert len(m.speedup_rounds) == 1
+
+
+def test_reported_figures_are_kept_apart_and_taus_come_from_the_histograms():
+    m = summarize(b.records([0.8]), noise=NOISE)
+    c = m.cells[0]
+    assert c.pr_reported_dspark_tps == pytest.approx(16 / (0.8 * 0.8))  # tokens / its own decode seconds
+    assert c.pr_tau == pytest.approx(1.5)  # accept_hist [0, 4, 4, ...]
+
+
+def test_ar_streams_that_differ_from_mains_are_counted():
+    rec = b.records([1.0, 1.0])
+    g = next(x for x in rec.generations if x.ref == "head" and x.mode == "ar")
+    g.tokens = g.tokens[:5] + [999] * 11
+    c = summarize(rec, noise=NOISE).cells[0]
+    assert (c.ar_compared, c.ar_equal, c.ar_first_divergence) == (2, 1, 5)
+
+
+def test_a_pr_whose_own_clock_says_it_is_faster_is_flagged_not_believed():
+    rec = b.records([1.0, 1.0])
+    for g in rec.generations:
+        if g.ref == "head":
+            g.reported = Reported(prefill_s=0.05 * g.bot_s, decode_s=0.4 * g.bot_s)
+    check = clock_check(rec.generations, NOISE)
+    assert check.flagged and "faster than it was" in check.detail
+    assert summarize(rec, noise=NOISE).speedup_rounds == pytest.approx([1.0, 1.0])  # the tier reads the bot's clock
+
+
+def test_guards_ratios_for_generation_and_prefill():
+    rec = b.records([1.0])
+    for ref, secs in (("base", 1.0), ("head", 1.25)):
+        rec.generations.append(b.generation(ref=ref, round=0, model="guard:g", mode="ar", ctx=256, new_tokens=16,
+                                            bot_s=secs, offset=1, corpus="random:g"))
+        rec.generations.append(b.generation(ref=ref, round=0, model="guard:g", mode="ar", ctx=256, new_tokens=1,
+                                            bot_s=secs / 10, offset=2, corpus="random:g"))
+    (g,) = summarize(rec, noise=NOISE).guards
+    assert g.generation_ratios == pytest.approx([0.8]) and g.prefill_ratios == pytest.approx([0.8])
+    assert g.pr_prefill_tps == pytest.approx(256 / 0.125)
