@@ -30,9 +30,9 @@ from evalbot.measure import gitops
 from evalbot.measure.device import profile_for
 from evalbot.measure.hardening import make_undumpable
 from evalbot.measure.progress import RichProgress
-from evalbot.report import receipt, receipt_view
 from evalbot.report.scorecard import render_calibration
 from evalbot.settings import Settings, load_settings
+from evalbot.receipts_cli import cmd_keygen, cmd_receipt_show, cmd_receipt_verify
 from evalbot.status import cmd_pr_list, cmd_pr_open, cmd_status
 
 EXIT_OK, EXIT_REJECT, EXIT_USAGE, EXIT_NOT_EVALUATED, EXIT_INFRA = 0, 1, 2, 3, 4
@@ -144,35 +144,6 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     return serve_dashboard(_history(repo, settings), host=args.host, port=args.port, templates=settings.templates_dir)
 
 
-def cmd_keygen(args: argparse.Namespace) -> int:
-    private, public = receipt.generate_keypair(Path(args.out), force=args.force)
-    key = receipt.load_private_key(private)
-    print(f"wrote {private} (private, mode 0600) and {public} (public)")
-    print(f"keyid {receipt.keyid_for(key.public_key())}")
-    print(f"sign receipts with: export EVALBOT_SIGNING_KEY={private.resolve()}")
-    return EXIT_OK
-
-
-def cmd_receipt_verify(args: argparse.Namespace) -> int:
-    statement = receipt.verify_file(Path(args.file), Path(args.key))
-    pred = statement["predicate"]
-    verdict = pred.get("verdict", {})
-    code = pred.get("code", {})
-    keyid = receipt.keyid_for(receipt.load_public_key(Path(args.key)))
-    print(f"OK: {args.file} is intact and signed by keyid {keyid[:16]}…")
-    print(
-        f"head {code.get('head_sha', '?')[:12]} vs base {code.get('base_sha', '?')[:12]}: "
-        f"{verdict.get('status')} {verdict.get('tier') or ''} — {verdict.get('reason', '')}".rstrip()
-    )
-    return EXIT_OK
-
-
-def cmd_receipt_show(args: argparse.Namespace) -> int:
-    statement, keyids = receipt_view.read_receipt(Path(args.file))
-    sys.stdout.write(receipt_view.show_receipt(statement, keyids, source=args.file))
-    return EXIT_OK
-
-
 # ---------------------------------------------------------------------------------------------
 # Parser
 
@@ -221,9 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "calibrate", help="measure this box's A/A noise floor (base against itself)",
-        description="Run the base ref against itself (A/A) with the machinery a score uses and store, per metric, how "
-        "far the statistic its gate reads strayed from 1 (times a margin) in .evalbot/noise-floor.json, per box, "
-        "profile and engine version. Gates and tiers allow for it.",
+        description="Run the base ref against itself (A/A) with the machinery a score uses and store in "
+        ".evalbot/noise-floor.json, per box, profile and engine version, how far from 1 the very statistic its gate or "
+        "tier reads strayed (median over rounds), times stats.noise_margin. Gates and tiers allow for it.",
     )
     repo_opts(p)
     p.add_argument("--base", metavar="REF", default="main", help="the ref to measure against itself (default main)")

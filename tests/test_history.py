@@ -48,8 +48,8 @@ def _outcome(verdict, m=None) -> ScoreOutcome:
 
 
 def test_history_entry_of_a_scored_outcome():
-    m = b.measurements([1.08, 1.09, 1.07], contexts=[b.context(ctx=4096, speedups=[1.08, 1.09, 1.07], main_dspark=74.8,
-                                                              main_ar=90.2, pr_tau=1.2, main_tau=1.1)],
+    m = b.measurements([1.08, 1.09, 1.07], cells=[b.cell(ctx=4096, speedups=[1.08, 1.09, 1.07], main_dspark=74.8,
+                                                         main_ar=90.2, pr_tau=1.2, main_tau=1.1)],
                        noise_floor=b.noise(0.02))
     e = history_entry(_outcome(decide(m, b.settings()), m), repo="octo/dspark", receipt_ref="https://x/r.json")
     assert (e.kind, e.repo, e.pr_number, e.status, e.tier) == ("score", "octo/dspark", 12, "scored", "M")
@@ -58,7 +58,7 @@ def test_history_entry_of_a_scored_outcome():
     (cell,) = e.cells
     assert (cell.corpus, cell.ctx, cell.main_dspark_tps, cell.main_ar_tps, cell.main_tau, cell.pr_tau) == ("prose", 4096, 74.8, 90.2, 1.1, 1.2)
     assert cell.pr_dspark_tps == pytest.approx(74.8 * 1.08)
-    assert e.noise["dspark_decode"] == 0.02 and set(e.noise) >= {"ar_decode", "guard_decode", "tau_check_wall"}
+    assert e.noise["dspark_decode"] == 0.02 and set(e.noise) == {"dspark_decode", "ar_decode", "guard_decode", "guard_prefill"}
     assert (e.receipt, e.receipt_ref, e.scorecard) == ("ENVELOPE", "https://x/r.json", "card")
     assert e.duration_s == 1800
 
@@ -70,16 +70,16 @@ def test_history_entry_of_an_outcome_without_measurements():
 
 
 def test_calibration_entry():
-    floor = NoiseFloor(box="h200-a", profile="gpu", calibrated=True, dspark_decode=0.03, ar_decode=0.01, guard_decode=0.02,
-                       guard_prefill=0.02, tau_check_wall=0.05, rounds=3, base_sha=MAIN[1], measured_at="2026-12-02T08:00:00Z")
+    floor = NoiseFloor(box="h200-a", profile="gpu", source="calibration", dspark_decode=0.03, ar_decode=0.01,
+                       guard_decode=0.02, guard_prefill=0.02, rounds=3, base_sha=MAIN[1], measured_at="2026-12-02T08:00:00Z")
     e = calibration_entry(floor, repo="octo/dspark")
     assert (e.kind, e.status, e.base_sha, e.head_sha, e.finished_at) == ("calibration", "calibrated", MAIN[1], MAIN[1], floor.measured_at)
-    assert e.noise == {"dspark_decode": 0.03, "ar_decode": 0.01, "guard_decode": 0.02, "guard_prefill": 0.02, "tau_check_wall": 0.05}
+    assert e.noise == {"dspark_decode": 0.03, "ar_decode": 0.01, "guard_decode": 0.02, "guard_prefill": 0.02}
 
 
 def test_a_scoring_records_the_calibration_it_gated_with_once(tmp_path):
-    floor = NoiseFloor(box="h200-a", profile="gpu", calibrated=True, dspark_decode=0.03, ar_decode=0.01, guard_decode=0.02,
-                       guard_prefill=0.02, tau_check_wall=0.05, rounds=3, base_sha=MAIN[0], measured_at="2026-11-30T08:00:00Z")
+    floor = NoiseFloor(box="h200-a", profile="gpu", source="calibration", dspark_decode=0.03, ar_decode=0.01,
+                       guard_decode=0.02, guard_prefill=0.02, rounds=3, base_sha=MAIN[0], measured_at="2026-11-30T08:00:00Z")
     m = b.measurements([1.08, 1.09, 1.07], noise_floor=floor)
     store = SqliteHistory(tmp_path / "h.sqlite3")
     record_scoring(store, _outcome(decide(m, b.settings()), m), repo="octo/dspark")

@@ -19,7 +19,7 @@ STAGES = [
     ("evalbot.forge",),  # the Protocol and its adapters
     ("evalbot.pipeline", "evalbot.examples"),  # one score, end to end
     ("evalbot.bot",),  # webhook, queue, worker
-    ("evalbot.demo", "evalbot.cli", "evalbot.status", "evalbot.__main__"),  # entry points
+    ("evalbot.demo", "evalbot.cli", "evalbot.receipts_cli", "evalbot.status", "evalbot.__main__"),  # entry points
     ("evalbot.testing",),  # fixtures for the tests
 ]
 MAX_LINES = 350

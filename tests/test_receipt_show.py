@@ -23,7 +23,7 @@ def _outcome() -> ScoreOutcome:
     m = b.measurements(ROUNDS)
     return ScoreOutcome(
         repo="/r", base_ref="main", head_ref="pr-branch", base_sha="a" * 40, head_sha="b" * 40, harness_ref="main",
-        harness_sha="a" * 40, harness_digest="c" * 64, profile="gpu", rounds=3, reps=3, box="box-1", pr_number=7,
+        harness_sha="a" * 40, harness_digest="c" * 64, profile="gpu", rounds=3, box="box-1", pr_number=7,
         verdict=decide(m, b.settings()), measurements=m, started_at="2026-01-01T00:00:00Z",
         finished_at="2026-01-01T00:10:00Z",
     )
@@ -46,16 +46,16 @@ def test_show_prints_statement_verdict_rounds_and_raw_figures(receipt_file, caps
     out = capsys.readouterr().out
     assert "/r PR #7" in out and f"by keyid {keyid}" in out and "not checked here" in out
     assert f"head       pr-branch {'b' * 40}" in out and f"base       main {'a' * 40}" in out
-    assert "box-1, profile gpu" in out and "3 rounds x 3 reps" in out
+    assert "box-1, profile gpu" in out and "3 rounds: " in out and "window seed 12345" in out
     assert f"verdict      {outcome.verdict.status}" in out
     for gate in outcome.verdict.gates:
         assert gate.title in out
     for i, r in enumerate(ROUNDS, 1):  # every round, as a ratio and as a percentage
         assert f"round {i}    {r:.4f}  ({(r - 1) * 100:+.2f}%)" in out
-    cell = outcome.measurements.contexts[0]
+    cell = outcome.measurements.cells[0]
     header = next(line for line in out.splitlines() if line.strip().startswith("cell "))
     assert "main_dspark_tps" in header and "pr_dspark_tps" in header and "main_tau" in header
-    row = next(line for line in out.splitlines() if line.strip().startswith(f"{cell.prompt}@{cell.ctx}"))
+    row = next(line for line in out.splitlines() if line.strip().startswith(f"{cell.corpus}@{cell.ctx}"))
     assert f"{cell.main_dspark_tps:.6g}" in row and f"{cell.pr_dspark_tps:.6g}" in row
     assert "{" not in out  # readable text, not a JSON dump
 

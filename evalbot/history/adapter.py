@@ -9,7 +9,7 @@ from evalbot.decide.outcome import ScoreOutcome
 from evalbot.history.schema import CellFigures, HistoryEntry
 from evalbot.history.store import HistoryStore, recorded
 
-NOISE_METRICS = ("dspark_decode", "ar_decode", "guard_decode", "guard_prefill", "tau_check_wall")
+NOISE_METRICS = ("dspark_decode", "ar_decode", "guard_decode", "guard_prefill")
 
 
 def _noise(floor: NoiseFloor | None) -> dict[str, float]:
@@ -24,9 +24,9 @@ def history_entry(outcome: ScoreOutcome, *, repo: str | None = None, receipt_ref
     verdict, m = outcome.verdict, outcome.measurements
     sp = verdict.speedup
     cells = [
-        CellFigures(corpus=c.prompt, ctx=c.ctx, main_dspark_tps=c.main_dspark_tps, main_ar_tps=c.main_ar_tps,
+        CellFigures(corpus=c.corpus, ctx=c.ctx, main_dspark_tps=c.main_dspark_tps, main_ar_tps=c.main_ar_tps,
                     main_tau=c.main_tau, pr_dspark_tps=c.pr_dspark_tps, pr_ar_tps=c.pr_ar_tps, pr_tau=c.pr_tau)
-        for c in (m.contexts if m is not None else [])
+        for c in (m.cells if m is not None else [])
     ]
     return HistoryEntry(
         kind="score", repo=repo or outcome.repo, pr_number=outcome.pr_number, base_sha=outcome.base_sha,

@@ -1,7 +1,7 @@
 """`evalbot receipt show FILE`: a receipt made readable. The envelope is decoded (not verified: that is
 `evalbot receipt verify --key`), and the statement is shown as a person reads it: what was scored,
 where and how, the verdict and its gates, the speedup of every round, the raw figures per workload
-cell and every harness run. The predicate is read as plain JSON, field by field, so a receipt of an
+cell and every request the bot timed (schema 2; a schema-1 receipt shows its harness runs). The predicate is read as plain JSON, field by field, so a receipt of an
 older or newer schema still shows what it has."""
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def _number(value: Any) -> str:
 
 def _cells(measurements: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     """A table of every workload cell: its name, then its figures (known ones first)."""
-    cells = [c for c in _list(measurements.get("contexts")) if isinstance(c, dict)]
+    cells = [c for c in _list(measurements.get("cells", measurements.get("contexts"))) if isinstance(c, dict)]
     numeric = {k for c in cells for k, v in c.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     numeric -= {"ctx"}
     columns = [k for k in CELL_FIGURES if k in numeric] + sorted(numeric - set(CELL_FIGURES))
@@ -93,6 +93,7 @@ def show_receipt(statement: dict[str, Any], keyids: list[str], *, source: str = 
         code=_dict(pred.get("code")), environment=_dict(pred.get("environment")), method=_dict(pred.get("method")),
         noise=_dict(_dict(pred.get("method")).get("noise_floor")), verdict=verdict, speedup=_dict(verdict.get("speedup")),
         gates=[g for g in _list(pred.get("gates")) if isinstance(g, dict)], rounds=rounds, columns=columns, rows=rows,
+        requests=[r for r in _list(pred.get("requests")) if isinstance(r, dict)],
         runs=[r for r in _list(pred.get("runs")) if isinstance(r, dict)], timestamps=_dict(pred.get("timestamps")),
         number=_number,
     )
