@@ -125,7 +125,7 @@ def test_cli_registers_demo(capsys):
     assert cli.main(["demo", "--repo", str(REPO), "--only", "nope"]) == cli.EXIT_USAGE
     assert "error: no example 'nope'" in capsys.readouterr().err
     assert cli.main(["demo", "--repo", str(REPO), "--profile", "cpu", "--rounds", "0"]) == cli.EXIT_USAGE
-    assert "error: --rounds must be at least 1" in capsys.readouterr().err
+    assert "error: --rounds must be at least 3" in capsys.readouterr().err
 
 
 # -- end to end ----------------------------------------------------------------------------------
@@ -186,8 +186,9 @@ def test_demo_removes_its_temporary_clone_unless_kept(tmp_path, monkeypatch, cap
 
 @pytest.mark.slow
 def test_lossy_example_is_rejected_by_the_losslessness_gate(tmp_path, capsys):
-    """One real scoring on the cpu profile (~3-4 minutes on two cores): the real engine, harness and
-    reverifier; the shortcut that accepts every draft must be REJECTed as not lossless. No A/A
+    """One real scoring on the cpu profile (~3-4 minutes on two cores): the real engine in harness
+    servers; the shortcut that accepts every draft must be REJECTed as not lossless, by main's engine
+    re-verifying the PR's streams. No A/A
     calibration first (that would double the time): the losslessness gate does not depend on noise."""
     scratch = tmp_path / "scratch"
     code = run_demo(REPO, profile="cpu", work_dir=scratch, only="02-lossy-shortcut", settings=_settings(),
@@ -202,5 +203,5 @@ def test_lossy_example_is_rejected_by_the_losslessness_gate(tmp_path, capsys):
     assert check["conclusion"] == "failure" and "losslessness" in check["title"], check["title"]
     (comment,) = forge.comments(pull.number)
     lossless_row = next(line for line in comment["body"].splitlines() if line.startswith("| losslessness gate |"))
-    assert "❌" in lossless_row and "diverge from AR" in lossless_row
+    assert "❌" in lossless_row and "not main's greedy continuation" in lossless_row
     assert len(forge.receipts(pull.number)) == 1

@@ -31,6 +31,12 @@ def test_lossless_fails_on_one_stream_that_is_not_mains_continuation():
     assert r.status == "fail" and "1 of 9" in r.detail and "not main's greedy continuation" in r.detail
 
 
+def test_one_wrong_stream_is_named_even_before_enough_were_checked():
+    # the scoring stops at the first wrong stream: the reason is the wrong stream, not the count
+    r = gate_lossless(b.measurements(cells=[b.cell(streams=1, verified=0)]), TH)
+    assert r.status == "fail" and "1 of 1 DSpark streams are not main's greedy continuation" in r.detail
+
+
 def test_lossless_reports_near_ties():
     c = b.cell(streams=9).model_copy(update={"pr_near_ties": 2})
     r = gate_lossless(b.measurements(cells=[c]), TH)

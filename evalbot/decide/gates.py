@@ -41,11 +41,11 @@ def gate_lossless(m: Measurements, th: Thresholds) -> GateResult:
     for c in m.cells:
         total += c.pr_streams
         ties += c.pr_near_ties
-        if c.pr_streams < th.min_verified_streams:
-            problems.append(f"{c.name}: only {c.pr_streams} DSpark streams verified (need {th.min_verified_streams})")
-        elif c.pr_verified != c.pr_streams:
+        if c.pr_verified != c.pr_streams:  # one wrong stream is conclusive, however few were checked
             problems.append(f"{c.name}: {c.pr_streams - c.pr_verified} of {c.pr_streams} DSpark streams are not "
                             "main's greedy continuation")
+        elif c.pr_streams < th.min_verified_streams:
+            problems.append(f"{c.name}: only {c.pr_streams} DSpark streams verified (need {th.min_verified_streams})")
     if problems:
         return GateResult(gate="lossless", title=title, status="fail", detail="; ".join(problems))
     detail = (f"all {total} DSpark streams are main's greedy continuation, token by token, teacher-forced by main's "

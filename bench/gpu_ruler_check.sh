@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# The bot's own ruler on the GPU box, with the staged bundled model (../shared/tools/device-stage):
+#   bash bench/gpu_ruler_check.sh setup      wheels (.whl/: pydantic, cryptography, gguf, ...) and bubblewrap
+#                                            (.whl/bubblewrap_*.deb, unpacked); the model in the model cache;
+#                                            a scratch repo /root/scr (main = this tree plus a planted GPU
+#                                            stall in the drafter pass; branches noop and unstall)
+#   bash bench/gpu_ruler_check.sh tools      harness.tau_check and harness.guard (gpu profile)
+#   bash bench/gpu_ruler_check.sh calibrate  evalbot calibrate --profile gpu on main (A/A)
+#   bash bench/gpu_ruler_check.sh score B    evalbot score --profile gpu --base main --head B
+# Every step writes what it printed, its wall time and its receipt to $OUT. Steps can be chained:
+#   bash bench/gpu_ruler_check.sh setup tools calibrate
+set -uo pipefail
+cd "$(dirname "$0")/.."
+TREE=$PWD
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+SCR=/root/scr
+STALL_CYCLES=${STALL_CYCLES:-300000}  # torch.cuda._sleep cycles per drafter pass (~150 us at ~2 GHz)
+export EVALBOT_BOX=${EVALBOT_BOX:-h200-device} PYTHONUNBUFFERED=1
+
+model() { bash .devstage/stage.sh | sed -n 's/^MODEL_PATH=//p'; }
+
+timed() {  # timed NAME CMD...: run, keep stdout/stderr and the wall time in $OUT
+  local name=$1; shift
+  local t0; t0=$(date +%s%N)
+  "$@" >"$OUT/$name.out" 2>"$OUT/$name.err"
+  local rc=$?
+  local ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  echo "$name: exit $rc after $((ms / 1000)).$(printf '%03d' $((ms % 1000))) s" | tee -a "$OUT/steps.log"
+  tail -n 3 "$OUT/$name.err"
+  return 0
+}
+
+setup() {
+  python3 -m pip install -q --no-index --no-deps .whl/*.whl 2>&1 | tail -n 2
+  if ! command -v bwrap >/dev/null; then
+    dpkg -x .whl/bubblewrap_*.deb /opt/bwrap && ln -sf /opt/bwrap/usr/bin/bwrap /usr/local/bin/bwrap
+  fi
+  bwrap --version
+  local m; m=$(model)
+  [ -n "$m" ] || { echo "setup: the model is not staged"; exit 1; }
+  mkdir -p ~/.cache/dspark-evalbot/models && cp -n "$m" ~/.cache/dspark-evalbot/models/
+  rm -rf "$SCR" && mkdir -p "$SCR"
+  tar -C "$TREE" --exclude=./.git --exclude=./.venv --exclude=./.devstage --exclude=./.whl --exclude=./out --exclude=./.evalbot --exclude='*/__pycache__' -cf - . | tar -C "$SCR" -xf -
+  cd "$SCR"
+  git init -q -b main && git config user.email bot@example.invalid && git config user.name bot
+  git add -A && git commit -qm "the tree as carried"
+  python3 - "$STALL_CYCLES" <<'PY'
+import sys
+p = "engine/dspark/drafter.py"
+s = open(p).read()
+anchor = "    def draft(self) -> None:\n        ops, c = self.ops, self.c\n        io = self.step_io\n"
+assert anchor in s, "drafter.draft changed: update the planted stall"
+s = s.replace(anchor, anchor + f"        if io.tokens.is_cuda:  # planted: a GPU stall in every drafter pass\n            torch.cuda._sleep({sys.argv[1]})\n")
+open(p, "w").write(s)
+PY
+  git commit -qam "main: a planted GPU stall in the drafter pass"
+  git checkout -qb noop && echo "a docs change" >> README.md && git commit -qam "no-op: docs only" && git checkout -q main
+  git checkout -qb unstall && git revert --no-edit HEAD >/dev/null && git checkout -q main
+  git log --oneline --all | head
+  cd "$TREE"
+}
+
+tools() {
+  timed tau_check python3 -m harness.tau_check --profile gpu
+  cp "$OUT/tau_check.out" "$OUT/tau_check.jsonl"
+  timed guard python3 -m harness.guard --profile gpu
+  cp "$OUT/guard.out" "$OUT/guard.jsonl"
+}
+
+calibrate() {
+  (cd "$SCR" && timed calibrate python3 -m evalbot calibrate --repo . --base main --profile gpu --no-progress)
+  cp "$SCR/.evalbot/noise-floor.json" "$OUT/" 2>/dev/null || true
+}
+
+score() {
+  local head=$1
+  (cd "$SCR" && timed "score-$head" python3 -m evalbot score --repo . --base main --head "$head" --profile gpu \
+      --no-progress --no-calibrate ${BUDGET:+--budget "$BUDGET"})
+  local receipt; receipt=$(sed -n 's/^receipt: //p' "$OUT/score-$head.out" | tail -n 1)
+  [ -n "$receipt" ] && cp "$receipt" "$OUT/score-$head.intoto.json"
+}
+
+export EVALBOT_HARNESS__MODEL
+EVALBOT_HARNESS__MODEL=$(model)
+while [ $# -gt 0 ]; do
+  case $1 in
+    setup) setup ;;
+    tools) tools ;;
+    calibrate) calibrate ;;
+    score) shift; score "$1" ;;
+    *) echo "unknown step $1"; exit 2 ;;
+  esac
+  shift
+done
