@@ -24,13 +24,15 @@ from evalbot.demo import run_demo
 from evalbot.errors import EvalbotError
 from evalbot.forge.base import CHECK_NAME
 from evalbot.forge.local import LocalForge
+from evalbot.history.adapter import calibration_entry, record_scoring
+from evalbot.history.store import SqliteHistory, local_history, recorded
 from evalbot.measure import gitops
 from evalbot.measure.device import profile_for
 from evalbot.measure.hardening import make_undumpable
 from evalbot.measure.progress import RichProgress
-from evalbot.report import receipt
 from evalbot.report.scorecard import render_calibration
 from evalbot.settings import Settings, load_settings
+from evalbot.receipts_cli import cmd_keygen, cmd_receipt_show, cmd_receipt_verify
 from evalbot.status import cmd_pr_list, cmd_pr_open, cmd_status
 
 EXIT_OK, EXIT_REJECT, EXIT_USAGE, EXIT_NOT_EVALUATED, EXIT_INFRA = 0, 1, 2, 3, 4
@@ -59,6 +61,10 @@ def _settings(args: argparse.Namespace, repo: Path) -> Settings:
     if getattr(args, "no_sandbox", False):
         settings = settings.model_copy(update={"sandbox": settings.sandbox.model_copy(update={"enabled": False})})
     return settings
+
+
+def _history(repo: Path, settings: Settings) -> SqliteHistory:
+    return local_history(pipeline.state_dir_for(repo), settings.history_db)  # what `evalbot dashboard` shows
 
 
 # ---------------------------------------------------------------------------------------------
@@ -93,6 +99,7 @@ def cmd_score(args: argparse.Namespace) -> int:
     published = None
     if forge is not None and args.pr is not None:
         published = pipeline.publish(outcome, forge, args.pr, settings, check_id=check_id)
+    record_scoring(_history(repo, settings), outcome, repo=str(repo), receipt_ref=published.receipt_ref if published else "")
     _print_outcome(outcome, args.json, published)
     return STATUS_EXIT[outcome.verdict.status]
 
@@ -124,31 +131,17 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             repo, args.base, profile=profile, rounds=args.rounds, budget_s=args.budget, settings=settings,
             progress=progress,
         )
+    recorded(_history(repo, settings), calibration_entry(floor, repo=str(repo)))
     sys.stdout.write(render_calibration(floor, path, settings.templates_dir))
     return EXIT_OK
 
 
-def cmd_keygen(args: argparse.Namespace) -> int:
-    private, public = receipt.generate_keypair(Path(args.out), force=args.force)
-    key = receipt.load_private_key(private)
-    print(f"wrote {private} (private, mode 0600) and {public} (public)")
-    print(f"keyid {receipt.keyid_for(key.public_key())}")
-    print(f"sign receipts with: export EVALBOT_SIGNING_KEY={private.resolve()}")
-    return EXIT_OK
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    from evalbot.bot.dashboard import serve_dashboard  # the web stack, only when asked for
 
-
-def cmd_receipt_verify(args: argparse.Namespace) -> int:
-    statement = receipt.verify_file(Path(args.file), Path(args.key))
-    pred = statement["predicate"]
-    verdict = pred.get("verdict", {})
-    code = pred.get("code", {})
-    keyid = receipt.keyid_for(receipt.load_public_key(Path(args.key)))
-    print(f"OK: {args.file} is intact and signed by keyid {keyid[:16]}…")
-    print(
-        f"head {code.get('head_sha', '?')[:12]} vs base {code.get('base_sha', '?')[:12]}: "
-        f"{verdict.get('status')} {verdict.get('tier') or ''} — {verdict.get('reason', '')}".rstrip()
-    )
-    return EXIT_OK
+    repo = _repo(args)
+    settings = _settings(args, repo)
+    return serve_dashboard(_history(repo, settings), host=args.host, port=args.port, templates=settings.templates_dir)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -199,9 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "calibrate", help="measure this box's A/A noise floor (base against itself)",
-        description="Run the base ref against itself (A/A) with the machinery a score uses and store, per metric, how "
-        "far the statistic its gate reads strayed from 1 (times a margin) in .evalbot/noise-floor.json, per box, "
-        "profile and engine version. Gates and tiers allow for it.",
+        description="Run the base ref against itself (A/A) with the machinery a score uses and store in "
+        ".evalbot/noise-floor.json, per box, profile and engine version, how far from 1 the very statistic its gate or "
+        "tier reads strayed (median over rounds), times stats.noise_margin. Gates and tiers allow for it.",
     )
     repo_opts(p)
     p.add_argument("--base", metavar="REF", default="main", help="the ref to measure against itself (default main)")
@@ -253,6 +246,20 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("file", metavar="FILE", help="the receipt (.intoto.json)")
     v.add_argument("--key", required=True, metavar="PUB", help="the trusted public key (PEM), e.g. FILE.pub from keygen")
     v.set_defaults(func=cmd_receipt_verify)
+    s = rsub.add_parser("show", help="print a receipt readably: statement, verdict, gates, rounds, raw figures, runs",
+                        description="Decode FILE (not verify it: see `evalbot receipt verify`) and print what it records.")
+    s.add_argument("file", metavar="FILE", help="the receipt (.intoto.json)")
+    s.set_defaults(func=cmd_receipt_show)
+
+    p = sub.add_parser(
+        "dashboard", help="serve the dashboard of this repository's history (local scorings and calibrations)",
+        description="Serve the bot's dashboard pages (main's figures per commit, each PR's rounds, the noise floor) "
+        "for the history of `evalbot score --pr`, `calibrate` and `demo` in this repository (.evalbot/history.sqlite3).",
+    )
+    repo_opts(p)
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8710, help="port (default 8710)")
+    p.set_defaults(func=cmd_dashboard)
 
     for name, (module, text) in DELEGATED.items():
         d = sub.add_parser(name, help=text, description=f"{text[0].upper()}{text[1:]}; see `evalbot {name} --help`.",

@@ -44,6 +44,8 @@ from evalbot.examples import (
 )
 from evalbot.forge.base import CHECK_NAME
 from evalbot.forge.local import LocalForge
+from evalbot.history.adapter import record_scoring
+from evalbot.history.store import local_history
 from evalbot.measure import gitops
 from evalbot.measure.device import profile_for
 from evalbot.measure.run import ProgressSink
@@ -194,6 +196,7 @@ def score_examples(
     # (A/A, main against itself) — only if some example is going to be measured at all.
     calibrating = calibrate and stored is None and any(is_measured(scratch, ex, settings) for ex in examples)
     forge = LocalForge(scratch)
+    history = local_history(state_dir, settings.history_db)  # `evalbot dashboard --repo <scratch clone>` shows it
     report = DemoReport(repo, source_sha, scratch, profile, noise, [])
     texts = settings.templates_dir
     say.write(render("demo_start.txt.j2", templates=texts, report=report, examples=examples, noise_row=noise_text(noise),
@@ -218,6 +221,7 @@ def score_examples(
             pr_number=pull.number, progress=_Labelled(progress or NullProgress(), ex.slug), calibrate_first=calibrate,
         )
         published = pipeline.publish(outcome, forge, pull.number, settings, check_id=check_id)
+        record_scoring(history, outcome, repo=str(scratch), receipt_ref=published.receipt_ref)  # and its A/A floor
         result = ExampleResult(ex, i, len(examples), pull.number, outcome, published, time.perf_counter() - t0,
                                verdict_matches(ex, outcome, settings))
         report.results.append(result)

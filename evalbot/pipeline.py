@@ -33,6 +33,7 @@ from evalbot.measure.checkout import PinnedHarness, pin_harness
 from evalbot.measure.device import profile_for
 from evalbot.measure.run import ProgressSink, run_campaign
 from evalbot.report import receipt
+from evalbot.report.check_run import check_conclusion, details_url
 from evalbot.report.scorecard import SCORECARD_MARKER_PREFIX, check_report, render_scorecard
 from evalbot.settings import STATE_DIR_NAME, Settings, load_settings
 from evalbot.settings.tiers import NEEDS_REBASE_LABEL
@@ -225,11 +226,16 @@ def publish(
             reason=f"PR #{pr_number} moved to {pull.head_sha[:12]}; the score is for {outcome.head_sha[:12]}",
         )
     check = outcome.check or check_report(outcome, settings.templates_dir)
+    # The conclusion is the merge policy (report/check_run.py): not evaluated and infrastructure errors
+    # must not pass a required check, whatever the check text's own default says.
+    conclusion = check_conclusion(outcome.verdict.status)
+    link = details_url(settings.public_url, pr_number, outcome.head_sha)
     forge.replace_labels(pr_number, settings.tiers.label_prefixes, outcome.verdict.labels)
     comment_id = forge.upsert_sticky_comment(pr_number, SCORECARD_MARKER_PREFIX, outcome.scorecard)
     if check_id is None:
-        check_id = forge.start_check(outcome.head_sha, CHECK_NAME, check.summary)
-    forge.update_check(check_id, status="completed", title=check.title, summary=check.summary, conclusion=check.conclusion)
+        check_id = forge.start_check(outcome.head_sha, CHECK_NAME, check.summary, details_url=link)
+    forge.update_check(check_id, status="completed", title=check.title, summary=check.summary, conclusion=conclusion,
+                       details_url=link)
     receipt_ref = ""
     if outcome.receipt is not None:
         body = outcome.receipt.envelope or Path(outcome.receipt.path).read_text()

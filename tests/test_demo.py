@@ -20,6 +20,7 @@ from evalbot.demo import clone_head, run_demo
 from evalbot.examples import EXAMPLES_DIR, EXPECTATIONS, apply_example, is_measured, load_example, load_examples
 from evalbot.errors import EvalbotError
 from evalbot.forge.local import LocalForge
+from evalbot.history.store import SqliteHistory
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted(p for p in (REPO / EXAMPLES_DIR).iterdir() if p.is_dir())
@@ -148,13 +149,13 @@ def test_demo_harness_edit_end_to_end(tmp_path, capsys):
     assert git("remote").strip() == ""
     assert git("diff", "--name-only", "main", "demo/04-harness-edit").split() == ["harness/prompts/prose.txt"]
 
-    # what the local forge holds: the PR, no labels, a neutral check, the scorecard, the receipt
+    # what the local forge holds: the PR, no labels, a check that blocks (action_required), the scorecard, the receipt
     forge = LocalForge(scratch)
     (pull,) = forge.list_pulls()
     assert (pull.head_ref, pull.base_ref, pull.state, pull.labels) == ("demo/04-harness-edit", "main", "open", [])
     assert pull.title == "Harness: a simpler prose prompt"
     (check,) = forge.checks(pull.head_sha)
-    assert (check["status"], check["conclusion"]) == ("completed", "neutral")
+    assert (check["status"], check["conclusion"]) == ("completed", "action_required")
     assert check["title"] == "DSpark eval: not evaluated (harness changed)"
     (comment,) = forge.comments(pull.number)
     assert "not evaluated: harness changed" in comment["body"] and "`harness/prompts/prose.txt`" in comment["body"]
@@ -164,6 +165,11 @@ def test_demo_harness_edit_end_to_end(tmp_path, capsys):
     # `evalbot status` reads the same state
     assert cli.main(["status", "--repo", str(scratch)]) == 0
     assert "demo/04-harness-edit" in capsys.readouterr().out
+
+    # and the history `evalbot dashboard --repo <scratch>` serves: the verdict, its scorecard and receipt
+    (entry,) = SqliteHistory(scratch / ".evalbot" / "history.sqlite3").entries()
+    assert (entry.kind, entry.pr_number, entry.status, entry.head_sha) == ("score", pull.number, "not_evaluated", pull.head_sha)
+    assert entry.scorecard == comment["body"] and entry.receipt == rec["body"] and entry.receipt_ref
 
 
 def test_demo_removes_its_temporary_clone_unless_kept(tmp_path, monkeypatch, capsys):

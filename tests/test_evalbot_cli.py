@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from evalbot.cli import build_parser, main
+from evalbot.history.store import SqliteHistory
 from evalbot.testing import fake_config_toml, make_fake_repo
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -123,6 +124,10 @@ def test_local_pr_flow_and_status(repo, capsys):
     code, out, _ = run(capsys, "status", "--repo", str(repo.path))
     assert code == 0
     assert "eval-dspark:XL" in out and "completed/success" in out and "evalbot calibrate" in out
+    # the scoring is in the repository's history, for `evalbot dashboard`
+    (entry,) = SqliteHistory(repo.path / ".evalbot" / "history.sqlite3").entries(kind="score")
+    assert (entry.pr_number, entry.tier, entry.box) == (1, "XL", "cli-box") and entry.rounds and entry.cells
+    assert entry.receipt and entry.scorecard.startswith("<!--")
 
 
 def test_calibrate_command(repo, capsys):
@@ -131,12 +136,22 @@ def test_calibrate_command(repo, capsys):
     assert "Noise floor for box `cli-box`, profile `cpu`" in out
     code, out, _ = run(capsys, "status", "--repo", str(repo.path))
     assert "cli-box" in out
+    (entry,) = SqliteHistory(repo.path / ".evalbot" / "history.sqlite3").entries(kind="calibration")
+    assert entry.box == "cli-box" and entry.profile == "cpu" and set(entry.noise) >= {"dspark_decode", "ar_decode"}
+
+
+def test_calibrate_help_states_the_current_rule():
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    text = sub.choices["calibrate"].description
+    assert "the very statistic its gate or tier reads" in text and "median over rounds" in text
+    assert "largest PR/main deviation" not in text  # the single-run rule before 2026-11-30
 
 
 def test_every_command_has_help():
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")
-    assert set(sub.choices) == {"score", "calibrate", "keygen", "receipt", "status", "pr", "serve", "worker", "demo"}
+    assert set(sub.choices) == {"score", "calibrate", "keygen", "receipt", "status", "pr", "serve", "worker", "demo",
+                                 "dashboard"}
     for name, p in sub.choices.items():
         assert p.description, name
     help_text = parser.format_help()

@@ -284,3 +284,5 @@ def test_publish_not_evaluated_clears_tier_labels(repo):
     pipeline.publish(out, forge, 1, settings())
     assert forge.get_pull(1).labels == []
     assert "harness changed" in forge.comments(1)[0]["body"]
+    # not evaluated must not pass a required check (neutral would): report/check_run.py, docs/deploy.md
+    assert forge.checks(out.head_sha)[0]["conclusion"] == "action_required"

@@ -116,7 +116,7 @@ def test_prs_that_must_not_win(tmp_path, github, monkeypatch):
 
     assert github.labels_on(REPO, 2) == []  # not evaluated: main's harness is the only ruler
     (run,) = github.check_runs_for(REPO, harness_edit)
-    assert "harness changed" in run["output"]["title"]
+    assert run["conclusion"] == "action_required" and "harness changed" in run["output"]["title"]  # never passes
 
     assert "eval-dspark:REJECT" in github.labels_on(REPO, 3)  # faster than the work could be: not computed
     (run,) = github.check_runs_for(REPO, instant)

@@ -63,6 +63,12 @@ def test_app_manifest_asks_for_exactly_what_the_bot_uses():
     manifest = json.loads((GITHUB / "app-manifest.json").read_text())
     assert manifest["default_permissions"] == {
         "checks": "write", "pull_requests": "write", "issues": "write", "contents": "write", "metadata": "read",
+        "merge_queues": "read",  # the merge_group event
     }
-    assert sorted(manifest["default_events"]) == ["issue_comment", "pull_request", "push"]
+    # every event the webhook handles (ping comes unasked), and no other
+    from evalbot.bot.webhook.payloads import EVENT_MODELS
+
+    assert sorted(manifest["default_events"]) == sorted(set(EVENT_MODELS) - {"ping"})
+    assert sorted(manifest["default_events"]) == ["check_run", "check_suite", "issue_comment", "merge_group", "pull_request", "push"]
     assert manifest["hook_attributes"]["url"].endswith("/webhook") and manifest["public"] is False
+    assert manifest["redirect_url"].endswith("/dashboard")  # a page the bot serves (docs/deploy.md, the manifest flow)

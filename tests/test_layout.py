@@ -14,11 +14,12 @@ STAGES = [
     ("evalbot.settings",),  # the one settings tree and the tier vocabulary
     ("evalbot.decide",),  # pure: records in, verdict out
     ("evalbot.measure",),  # git, checkout + overlay, harness subprocesses
+    ("evalbot.history",),  # every scoring and calibration, in a small stable schema (store + adapter)
     ("evalbot.report",),  # every rendered text, receipts
     ("evalbot.forge",),  # the Protocol and its adapters
     ("evalbot.pipeline", "evalbot.examples"),  # one score, end to end
     ("evalbot.bot",),  # webhook, queue, worker
-    ("evalbot.demo", "evalbot.cli", "evalbot.status", "evalbot.__main__"),  # entry points
+    ("evalbot.demo", "evalbot.cli", "evalbot.receipts_cli", "evalbot.status", "evalbot.__main__"),  # entry points
     ("evalbot.testing",),  # fixtures for the tests
 ]
 MAX_LINES = 350

@@ -7,11 +7,14 @@ unzipped and imported from there, torch-free, in a fresh interpreter.
 
 from __future__ import annotations
 
+import ast
 import os
+import re
 import shutil
 import subprocess
 import sys
 import textwrap
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -58,6 +61,8 @@ def test_a_built_wheel_renders_a_scorecard(tmp_path):
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
         assert "evalbot/report/templates/scorecard.md.j2" in names
+        for page in ("dashboard_overview.html.j2", "receipt_show.txt.j2", "comment_ok_to_test.md.j2"):
+            assert f"evalbot/report/templates/{page}" in names  # the dashboard and the CLI render from the wheel too
         archive.extractall(tmp_path / "installed")
     env = {k: v for k, v in os.environ.items() if not k.startswith("EVALBOT_")}
     env["PYTHONPATH"] = str(tmp_path / "installed")
@@ -67,3 +72,51 @@ def test_a_built_wheel_renders_a_scorecard(tmp_path):
     assert done.stdout.startswith("<!-- dspark-evalbot:scorecard v=2 head=" + "a" * 40)
     assert "### DSpark eval — eval-dspark:XL" in done.stdout and "profile | `gpu`" in done.stdout
     assert "torch imported: False" in done.stdout
+
+
+# -- what the package declares against what it imports ---------------------------------------------------------
+FIRST_PARTY = {"evalbot", "engine", "kernels", "harness"}
+
+
+def _requirement_names(specs: list[str]) -> set[str]:
+    return {re.split(r"[<>=!~;\[ ]", spec, maxsplit=1)[0].strip().lower().replace("_", "-") for spec in specs}
+
+
+def _imported_distributions(root: Path) -> dict[str, set[str]]:
+    """distribution -> modules of `root` that import it (function-level imports included)."""
+    from importlib.metadata import packages_distributions
+
+    owners = packages_distributions()
+    found: dict[str, set[str]] = {}
+    for path in root.rglob("*.py"):
+        if "fake_repo" in path.parts:  # the fake harness and engine the tests run, not the bot
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
+            for name in names:
+                top = name.split(".")[0]
+                if top in sys.stdlib_module_names or top in FIRST_PARTY:
+                    continue
+                for dist in owners.get(top, [top]):
+                    found.setdefault(dist.lower().replace("_", "-"), set()).add(str(path.relative_to(root.parent)))
+    return found
+
+
+def test_every_runtime_import_is_declared_and_test_only_packages_are_not_runtime():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    runtime = _requirement_names(project["dependencies"])
+    test_only = _requirement_names(project["optional-dependencies"]["test"])
+    imported = _imported_distributions(ROOT / "evalbot")
+    undeclared = {dist: sorted(where)[:3] for dist, where in imported.items() if dist not in runtime}
+    assert not undeclared, f"imported by evalbot/ but not in [project] dependencies: {undeclared}"
+    assert "requests" in imported and "requests" in runtime  # the GitHub adapter's errors and timeouts
+    assert "httpx" in test_only and "httpx" not in runtime and "httpx" not in imported  # the tests' client only
+    for name in ("markdown-it-py", "prometheus-client", "structlog", "pygithub", "pydantic-settings"):
+        assert name in runtime and name in imported, name
+
+
+def test_torch_has_no_upper_cap():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    (torch,) = [spec for spec in project["dependencies"] if spec.startswith("torch")]
+    assert "<" not in torch and ">=" in torch  # a box with a newer release keeps it (tests/gpu says whether it works)

@@ -32,10 +32,35 @@ from evalbot.report.render import render
         ("", []),
         ("/", []),
         ("/rescore" + "\n/rescore" * 10, [Command("rescore")] * commands.MAX_COMMANDS_PER_COMMENT),
+        ("/ok-to-test", [Command("ok-to-test")]),
+        ("thanks!\n\n/rescore  \nmore", [Command("rescore")]),  # a hard line break ends a line too
     ],
 )
 def test_parse(body, expected):
     assert parse_commands(body) == expected
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "    /rescore",  # an indented code block
+        "text\n\n    /automerge on",
+        "<!--\n/rescore\n-->",  # an HTML comment: invisible to a reader
+        "see <!-- hidden\n/rescore\n--> above",  # an inline HTML comment across lines
+        "```\n/rescore\n~~~\n",  # a fence closed by the wrong marker runs to the end
+        "~~~\ncode\n```\n/automerge on\n",
+        "<div>\n/rescore\n</div>",  # an HTML block
+        "- /rescore",  # a list item
+        "1. /rescore",
+        "*/rescore*",  # markup in the line
+        "/rescore `now`",
+        "`/rescore`",
+        "/rescore\n===",  # a heading, not a paragraph
+    ],
+)
+def test_commands_a_reader_cannot_see_as_a_plain_line_are_not_obeyed(body):
+    """Fails without the fix: the line scanner obeyed indented code, HTML comments and unclosed fences."""
+    assert parse_commands(body) == []
 
 
 @pytest.mark.parametrize(

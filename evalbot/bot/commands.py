@@ -1,5 +1,11 @@
-"""Comment commands (`/rescore`, `/automerge on|off`, `/evalbot help`): parsing, per-command help, and
-who may use them. Pure functions; the webhook turns the result into queued work or a reply.
+"""Comment commands (`/rescore`, `/ok-to-test`, `/automerge on|off`, `/evalbot help`): parsing,
+per-command help, and who may use them. Pure functions; the webhook turns the result into queued
+work or a reply.
+
+A comment is parsed as CommonMark (markdown-it-py) and a command is taken only from a line of a
+top-level paragraph made of plain text: never from code (fenced, indented, or an unclosed fence),
+an HTML block or comment, a quote, a list, or a line with markup in it. What a reader of the
+rendered comment does not see as a plain line, the bot does not obey.
 
 Each command registers its own usage and help text (as Prow plugins do); the help comment and the
 command list in docs/deploy.md are generated from this registry.
@@ -9,6 +15,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+
+from markdown_it import MarkdownIt
 
 TRUSTED_ASSOCIATIONS = frozenset({"OWNER", "MEMBER", "COLLABORATOR"})
 MAX_COMMANDS_PER_COMMENT = 5
@@ -40,6 +48,16 @@ register(
         name="rescore",
         usage="/rescore",
         help="Score this pull request again: its current head against the current main.",
+    )
+)
+register(
+    CommandSpec(
+        name="ok-to-test",
+        usage="/ok-to-test",
+        help=(
+            "Let the bot run this pull request's code: needed once for a pull request from a fork whose "
+            "author is not an owner, member or collaborator; later pushes to it are scored as usual."
+        ),
     )
 )
 register(
@@ -78,21 +96,40 @@ class CommandError:
     problem: str
 
 
-def parse_commands(body: str) -> list[Command | CommandError]:
-    """Every line of the comment that starts with one of our commands, in order.
+_MARKDOWN = MarkdownIt("commonmark")
 
-    Lines inside fenced code blocks are not commands. Unknown `/words` are left alone: they may
-    belong to another bot. At most MAX_COMMANDS_PER_COMMENT are returned.
+
+def paragraph_lines(body: str) -> list[str]:
+    """The plain-text lines of the comment's top-level paragraphs, as a reader sees them rendered.
+
+    A line that holds anything but text (code, an inline HTML comment, emphasis, a link) is left
+    out, and so is every block that is not a top-level paragraph."""
+    lines: list[str] = []
+    tokens = _MARKDOWN.parse(body)
+    for opening, inline in zip(tokens, tokens[1:]):
+        if opening.type != "paragraph_open" or opening.level != 0 or inline.type != "inline":
+            continue
+        text, plain = "", True
+        for child in [*(inline.children or []), None]:
+            if child is None or child.type in ("softbreak", "hardbreak"):
+                if plain and text.strip():
+                    lines.append(text.strip())
+                text, plain = "", True
+            elif child.type == "text":
+                text += child.content
+            else:
+                plain = False
+    return lines
+
+
+def parse_commands(body: str) -> list[Command | CommandError]:
+    """Every plain paragraph line of the comment that starts with one of our commands, in order.
+
+    Unknown `/words` are left alone: they may belong to another bot. At most
+    MAX_COMMANDS_PER_COMMENT are returned; the webhook acts on the first only (one reply per comment).
     """
     found: list[Command | CommandError] = []
-    in_fence = False
-    for raw_line in body.splitlines():
-        line = raw_line.strip()
-        if line.startswith("```") or line.startswith("~~~"):
-            in_fence = not in_fence
-            continue
-        if in_fence:
-            continue
+    for line in paragraph_lines(body):
         match = _COMMAND_LINE.match(line)
         if not match:
             continue

@@ -27,6 +27,7 @@ class PullInfo:
     state: str = "open"  # open | closed | merged
     mergeable: bool | None = None
     labels: list[str] = field(default_factory=list)
+    is_fork: bool = False  # the head lives in another repository (or a deleted fork)
 
 
 @dataclass
@@ -62,8 +63,9 @@ class Forge(Protocol):
 
     def comment(self, number: int, body: str) -> str: ...
 
-    def start_check(self, head_sha: str, name: str, summary: str) -> str:
-        """Create a check run in state queued/in_progress; returns its id."""
+    def start_check(self, head_sha: str, name: str, summary: str, *, external_id: str = "", details_url: str = "") -> str:
+        """Create a check run in state queued/in_progress; returns its id. `external_id` names the job
+        (GitHub hands it back when someone presses Re-run); `details_url` is the check's Details link."""
         ...
 
     def update_check(
@@ -75,6 +77,7 @@ class Forge(Protocol):
         summary: str,
         conclusion: str | None = None,
         text: str | None = None,
+        details_url: str = "",
     ) -> None: ...
 
     def store_receipt(self, number: int, head_sha: str, receipt_json: str) -> str:

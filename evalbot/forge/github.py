@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import random
 import time
@@ -27,6 +26,7 @@ import requests
 from github import Auth, Github, GithubException, InputGitTreeElement, UnknownObjectException
 
 from evalbot.forge.base import MergeResult, PullInfo
+from evalbot.forge.github_data import client as _client, error_message as _message, pull_info as _pull_info
 from evalbot.forge.github_labels import label_style, labels_to_change
 from evalbot.forge.github_retry import ForgeRefused, ForgeUnavailable, RetryPolicy, is_rate_limited, retry_delay
 from evalbot.report.render import render
@@ -73,6 +73,7 @@ class GitHubForge:
         templates: Path | None = None,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.time,
+        observer: Callable[[str, float], None] | None = None,
     ):
         self.client = client
         self.repo_name = repo_full_name
@@ -85,6 +86,7 @@ class GitHubForge:
         self.tiers, self.templates = tiers, templates
         self._sleep = sleep
         self._clock = clock
+        self._observer = observer  # (kind of failure, seconds about to be waited): the bot's metrics
         self._known_labels: set[str] | None = None
 
     @classmethod
@@ -109,6 +111,7 @@ class GitHubForge:
             except (requests.ConnectionError, requests.Timeout) as exc:
                 status, headers, message, error = None, None, str(exc), exc
             delay = retry_delay(attempt, status, headers, message, self.retry, self._clock(), random.random())
+            self._observe(status, headers, message, delay)
             if delay is None:
                 if status is not None and status < 500 and not is_rate_limited(status, headers, message):
                     raise ForgeRefused(what, status, message) from None
@@ -116,6 +119,20 @@ class GitHubForge:
             log.warning("%s failed (%s %s); retry %d in %.1fs", what, status or "network", message[:120], attempt + 1, delay)
             self._sleep(delay)
             attempt += 1
+
+    def _observe(self, status: int | None, headers: dict | None, message: str, delay: float | None) -> None:
+        if self._observer is None:
+            return
+        if status is None:
+            kind = "network"
+        elif is_rate_limited(status, headers, message):
+            kind = "rate_limited"
+        else:
+            kind = "server_error" if status >= 500 else "refused"
+        try:
+            self._observer(kind, delay or 0.0)
+        except Exception:  # noqa: BLE001 - counting must never break a call
+            log.debug("the forge observer failed", exc_info=True)
 
     # -- pulls --------------------------------------------------------------------------------------
     def get_pull(self, number: int) -> PullInfo:
@@ -218,9 +235,11 @@ class GitHubForge:
         return str(self._call(f"comment on #{number}", lambda: self.repo.get_issue(number).create_comment(body).id))
 
     # -- check runs (commit statuses when check runs are not allowed) --------------------------------
-    def start_check(self, head_sha: str, name: str, summary: str) -> str:
+    def start_check(self, head_sha: str, name: str, summary: str, *, external_id: str = "", details_url: str = "") -> str:
         def create() -> str:
-            run = self.repo.create_check_run(name=name, head_sha=head_sha, status="queued", output={"title": name, "summary": clip(summary)})
+            extra = {k: v for k, v in (("external_id", external_id), ("details_url", details_url)) if v}
+            run = self.repo.create_check_run(name=name, head_sha=head_sha, status="queued",
+                                             output={"title": name, "summary": clip(summary)}, **extra)
             return str(run.id)
 
         try:
@@ -232,7 +251,8 @@ class GitHubForge:
             self._post_status(head_sha, name, "pending", summary)
             return f"{STATUS_ID_PREFIX}{head_sha}:{name}"
 
-    def update_check(self, check_id: str, *, status: str, title: str, summary: str, conclusion: str | None = None, text: str | None = None) -> None:
+    def update_check(self, check_id: str, *, status: str, title: str, summary: str, conclusion: str | None = None,
+                     text: str | None = None, details_url: str = "") -> None:
         if check_id.startswith(STATUS_ID_PREFIX):
             head_sha, name = check_id[len(STATUS_ID_PREFIX):].split(":", 1)
             state = "pending" if status != "completed" else _STATUS_STATE.get(conclusion or "", "error")
@@ -242,8 +262,10 @@ class GitHubForge:
         if text:
             output["text"] = clip(text)
         fields: dict = {"status": status, "output": output}
+        if details_url:
+            fields["details_url"] = details_url
         if status == "completed":
-            fields["conclusion"] = conclusion or "neutral"
+            fields["conclusion"] = conclusion or "failure"  # a completed check never passes by default
         self._call(f"update check run {check_id}", lambda: self.repo.get_check_run(int(check_id)).edit(**fields))
 
     def _post_status(self, head_sha: str, context: str, state: str, description: str) -> None:
@@ -309,38 +331,6 @@ class GitHubForge:
                     raise
 
         self._call("create receipts branch", create)
-
-
-def _client(auth: Auth.Auth, base_url: str, throttle: bool) -> Github:
-    # PyGithub's own retries are off: _call retries, with back-off that tests can drive without sleeping.
-    extra = {} if throttle else {"seconds_between_requests": None, "seconds_between_writes": None}
-    return Github(auth=auth, base_url=base_url, retry=None, timeout=30, lazy=True, **extra)
-
-
-def _message(exc: GithubException) -> str:
-    data = exc.data
-    if isinstance(data, dict) and data.get("message"):
-        return str(data["message"])
-    return exc.message or (json.dumps(data)[:200] if data is not None else "")
-
-
-def _pull_info(pull, *, full: bool) -> PullInfo:
-    # Properties, not raw_data: raw_data would fetch every PR of a listing once more.
-    state = "merged" if (full and pull.merged) else pull.state
-    return PullInfo(
-        number=pull.number,
-        head_sha=pull.head.sha,
-        head_ref=pull.head.ref,
-        base_ref=pull.base.ref,
-        base_sha=pull.base.sha,
-        title=pull.title or "",
-        author=pull.user.login if pull.user else "",
-        author_association=pull.author_association or "NONE",
-        draft=bool(pull.draft),
-        state=state,
-        mergeable=pull.mergeable if full else None,
-        labels=[label.name for label in pull.labels],
-    )
 
 
 __all__ = ["GitHubForge", "labels_to_change", "label_style", "sticky_search_key"]

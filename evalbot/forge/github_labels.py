@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from evalbot.report.render import render
-from evalbot.settings.tiers import DEFAULT_TIERS, NEEDS_REBASE_LABEL, TierSettings
+from evalbot.settings.tiers import DEFAULT_TIERS, NEEDS_OK_TO_TEST_LABEL, NEEDS_REBASE_LABEL, TierSettings
 
 
 def labels_to_change(current: list[str], prefixes: tuple[str, ...], new_labels: list[str]) -> tuple[list[str], list[str]]:
@@ -25,7 +25,7 @@ def label_style(name: str, tiers: TierSettings = DEFAULT_TIERS, templates: Path 
     """Colour (hex, no #) and one-line description for a label the bot creates."""
     tier = tiers.tier_of_label(name) or ""
     rank = tiers.rank(tier)
-    if name == NEEDS_REBASE_LABEL:
+    if name in (NEEDS_REBASE_LABEL, NEEDS_OK_TO_TEST_LABEL):
         colour = _NEEDS_REBASE_COLOUR
     elif tier == tiers.reject_name:
         colour = _REJECT_COLOUR
@@ -34,5 +34,5 @@ def label_style(name: str, tiers: TierSettings = DEFAULT_TIERS, templates: Path 
     else:
         colour = _OTHER_COLOUR
     description = render("gh_label_description.txt.j2", templates=templates, name=name, tier=tier, tiers=tiers,
-                         needs_rebase=NEEDS_REBASE_LABEL)
+                         needs_rebase=NEEDS_REBASE_LABEL, needs_ok_to_test=NEEDS_OK_TO_TEST_LABEL)
     return colour, description.strip()[:100]

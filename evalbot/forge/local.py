@@ -178,7 +178,8 @@ class LocalForge:
 
     # -- checks ---------------------------------------------------------------------------------
 
-    def start_check(self, head_sha: str, name: str, summary: str) -> str:
+    def start_check(self, head_sha: str, name: str, summary: str, *, external_id: str = "", details_url: str = "") -> str:
+        # external_id and details_url are GitHub's; locally `evalbot dashboard` is the details page.
         with self._db() as db:
             now = utc_stamp()
             cur = db.execute(
@@ -190,7 +191,7 @@ class LocalForge:
 
     def update_check(
         self, check_id: str, *, status: str, title: str, summary: str, conclusion: str | None = None,
-        text: str | None = None,
+        text: str | None = None, details_url: str = "",
     ) -> None:
         with self._db() as db:
             cur = db.execute(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import socket
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
@@ -142,8 +142,36 @@ class Settings(ScoringSettings):
     # factories "module:function" taking Settings and returning the scorer / the publisher
     scorer: str = "evalbot.bot.worker.scoring:pipeline_scorer"
     publisher: str = "evalbot.bot.worker.scoring:pipeline_publisher"
+    # -- GitHub conventions, the service's limits, the dashboard (docs/deploy.md) --
+    public_url: str = ""  # e.g. https://evalbot.example.org: the check run's Details link and the dashboard's
+    require_ok_to_test: bool = True  # fork PRs by non-maintainers wait for a maintainer's /ok-to-test
+    refusal_window_seconds: float = 3600.0  # one refusal (or help, or usage) reply per person and PR per window
+    webhook_deadline_seconds: float = 8.0  # every delivery is answered within this (GitHub gives up after 10 s)
+    ledger_busy_seconds: float = 2.0  # how long the webhook waits for a locked ledger before answering 503
+    client_timeout_seconds: float = 10.0  # a connection must deliver its whole request within this
+    max_connections: int = 256  # open connections the service keeps (the oldest stalled one makes room)
+    forge_retry_seconds: float = 30.0  # GitHub unreachable when a job starts: wait this, doubling, at most 10 min
+    stop_timeout_seconds: float = 20.0  # SIGTERM: how long the worker waits for the interrupted score to unwind
+    dashboard: bool = True  # serve /dashboard from `evalbot serve`
+    history_db: Path | None = None  # the history's SQLite file; None: <state dir>/history.sqlite3 (bot), <repo>/.evalbot/ (CLI)
+    log_format: Literal["json", "text"] = "json"  # `serve` and `worker` logs: JSON lines (structlog), or plain text
 
-    @field_validator("automerge", "github_throttle", mode="before")
+    @field_validator("public_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if value and not re.match(r"^https?://[^\s/]+(/[^\s]*)?$", value):
+            raise ValueError(f"must be an http(s):// URL, got {value!r}")
+        return value.rstrip("/")
+
+    @field_validator("webhook_deadline_seconds", "ledger_busy_seconds", "client_timeout_seconds", "forge_retry_seconds",
+                     "stop_timeout_seconds", "refusal_window_seconds")
+    @classmethod
+    def _positive_seconds(cls, value: float) -> float:
+        if value <= 0:
+            raise ValueError("must be above 0")
+        return value
+
+    @field_validator("automerge", "github_throttle", "require_ok_to_test", "dashboard", mode="before")
     @classmethod
     def _empty_is_off(cls, value: Any) -> Any:
         return False if isinstance(value, str) and not value.strip() else value
@@ -199,7 +227,7 @@ class Settings(ScoringSettings):
             raise ValueError(f"must exceed heartbeat_seconds ({beat:g})")
         return value
 
-    @field_validator("max_attempts", "worker_threads")
+    @field_validator("max_attempts", "worker_threads", "max_connections")
     @classmethod
     def _at_least_one(cls, value: int) -> int:
         if value < 1:
@@ -217,6 +245,10 @@ class Settings(ScoringSettings):
     @property
     def receipts_dir(self) -> Path:
         return self.state_dir / "receipts"
+
+    @property
+    def history_path(self) -> Path:
+        return self.history_db or self.state_dir / "history.sqlite3"
 
     @property
     def box_lock_path(self) -> Path:

@@ -13,6 +13,7 @@ TIER_ORDER = (NONE_TIER, *(name for name, _ in DEFAULT_BANDS))  # lowest first; 
 DEFAULT_MIN_TIER = "S"  # the lowest tier automerge takes unless configured
 TIER_LABEL_PREFIXES = ("eval-dspark:", "eval:")  # every tier is set as one label per prefix
 NEEDS_REBASE_LABEL = "dspark-needs-rebase"  # main moved since the PR was scored
+NEEDS_OK_TO_TEST_LABEL = "dspark-needs-ok-to-test"  # a fork PR waits for a maintainer's /ok-to-test
 
 
 class TierBand(BaseModel):

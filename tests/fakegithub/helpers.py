@@ -141,3 +141,33 @@ def slow_scorer_factory(settings) -> Callable:
         return fake_outcome(job, tier="S", speedup=0.04)
 
     return score
+
+
+def child_scorer_factory(settings) -> Callable:
+    """For worker subprocesses: a scorer that starts a long-running child in its own session, as the
+    harness runner does, and kills it in a `finally` when interrupted (the measurement's contract).
+    Writes the child's pid to FAKE_SCORER_MARKS/<pr>.child."""
+    import signal
+
+    marks = Path(os.environ["FAKE_SCORER_MARKS"])
+    marks.mkdir(parents=True, exist_ok=True)
+
+    def score(job, progress):
+        progress("running the harness")
+        child = subprocess.Popen(["sleep", "600"], start_new_session=True)
+        (marks / f"pr{job.pr_number}.child").write_text(str(child.pid))
+        try:
+            while True:
+                try:
+                    child.wait(timeout=0.2)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        finally:
+            if child.poll() is None:
+                os.killpg(child.pid, signal.SIGKILL)
+                child.wait()
+                (marks / f"pr{job.pr_number}.killed").write_text(str(child.pid))
+        return fake_outcome(job)
+
+    return score

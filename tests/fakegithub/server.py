@@ -48,6 +48,7 @@ class FakePull:
     mergeable: bool | None = True
     author_association: str = "CONTRIBUTOR"
     merge_commit_sha: str | None = None
+    head_repo: str | None = ""  # "": the base repository itself; "owner/name": a fork; None: a deleted fork
 
 
 @dataclass
@@ -265,6 +266,15 @@ class FakeGitHub:
         return shape("repository", {"name": repo.name, "full_name": repo.full_name, "default_branch": repo.default_branch,
                                     "owner": self._user(repo.owner, base), "url": f"{base}/repos/{repo.full_name}"}, base)
 
+    def _head_repository(self, repo: FakeRepo, pull: FakePull, base: str) -> dict | None:
+        if pull.head_repo is None:
+            return None
+        if not pull.head_repo:
+            return self._repository(repo, base)
+        owner, name = pull.head_repo.split("/")
+        return shape("repository", {"name": name, "full_name": pull.head_repo, "default_branch": "main",
+                                    "owner": self._user(owner, base), "url": f"{base}/repos/{pull.head_repo}"}, base)
+
     def _pull(self, repo: FakeRepo, pull: FakePull, base: str, schema: str = "pull-request") -> dict:
         url = f"{base}/repos/{repo.full_name}/pulls/{pull.number}"
         values = {
@@ -274,7 +284,7 @@ class FakeGitHub:
             "user": self._user(pull.author, base), "draft": pull.draft, "author_association": pull.author_association,
             "labels": [self._label(repo, name, base) for name in repo.issue_labels.get(pull.number, [])],
             "head": {"ref": pull.head_ref, "sha": pull.head_sha, "label": f"{pull.author}:{pull.head_ref}",
-                     "repo": self._repository(repo, base), "user": self._user(pull.author, base)},
+                     "repo": self._head_repository(repo, pull, base), "user": self._user(pull.author, base)},
             "base": {"ref": pull.base_ref, "sha": pull.base_sha, "label": f"{repo.owner}:{pull.base_ref}",
                      "repo": self._repository(repo, base), "user": self._user(repo.owner, base)},
             "merge_commit_sha": pull.merge_commit_sha, "created_at": FIXED_TIME, "updated_at": FIXED_TIME,
@@ -473,7 +483,7 @@ class FakeGitHub:
             "id": check_id, "name": c["name"], "head_sha": c["head_sha"], "status": c["status"], "conclusion": c.get("conclusion"),
             "started_at": c["started_at"], "completed_at": c.get("completed_at"), "output": output, "external_id": c.get("external_id", ""),
             "url": f"{base}/repos/{repo.full_name}/check-runs/{check_id}",
-            "html_url": f"https://github.com/{repo.full_name}/runs/{check_id}", "details_url": None, "pull_requests": [],
+            "html_url": f"https://github.com/{repo.full_name}/runs/{check_id}", "details_url": c.get("details_url"), "pull_requests": [],
             "check_suite": {"id": 1}, "app": {"id": 1, "slug": "dspark-evalbot", "name": "DSpark EvalBot"}}, base)
 
     def _check_allowed(self, request) -> Response | None:
@@ -495,7 +505,8 @@ class FakeGitHub:
             check_id = self._next_id()
             repo.check_runs[check_id] = {"name": body["name"], "head_sha": body["head_sha"], "status": body.get("status", "queued"),
                                          "conclusion": body.get("conclusion"), "output": body.get("output"), "started_at": _now(),
-                                         "history": [body.get("status", "queued")]}
+                                         "history": [body.get("status", "queued")], "external_id": body.get("external_id", ""),
+                                         "details_url": body.get("details_url")}
             return JSONResponse(self._check_run(repo, check_id, self._base(request)), status_code=201)
 
     async def get_check_run(self, request):
@@ -528,6 +539,8 @@ class FakeGitHub:
                 run["output"] = body["output"]
             run["status"] = status
             run["history"].append(status)
+            if "details_url" in body:
+                run["details_url"] = body["details_url"]
             if "conclusion" in body:
                 run["conclusion"] = body["conclusion"]
             if status == "completed":

@@ -48,6 +48,8 @@ class JobRecord:
     note: str = ""
     created_at: float = 0.0
     updated_at: float = 0.0
+    enqueued: int = 0  # 1 once a queue message for this (re)submission was written
+    forge_waits: int = 0  # consecutive times GitHub was unreachable when the job was picked up
 
     @property
     def job(self) -> ScoreJob:
@@ -69,6 +71,10 @@ class JobRecord:
                 f"job {self.key}: the ledger's outcome is not a ScoreOutcome in JSON "
                 f"({type(exc).__name__}); not loaded"
             ) from None
+
+
+class LedgerBusy(RuntimeError):
+    """The ledger did not answer in time (locked by another process, or a slow disk)."""
 
 
 class UndecodableOutcome(ValueError):
@@ -125,6 +131,9 @@ class Ledger:
     def _kv_items(self, namespace: str) -> dict[str, str]:
         raise NotImplementedError
 
+    def _kv_add(self, namespace: str, key: str, amount: float) -> None:
+        raise NotImplementedError
+
     # -- job state machine ------------------------------------------------------------------------
     def submit(self, job: ScoreJob, now: float, *, force: bool = False) -> bool:
         """Record a job as queued. False when the same job is already known (and not forced).
@@ -145,11 +154,14 @@ class Ledger:
             {"state": FINISHED},
             {"state": QUEUED, "attempts": "0", "worker_id": "", "outcome": "", "publish_attempts": "0",
              "note": f"re-opened: {job.reason}", "reason": job.reason, "requested_by": job.requested_by,
-             "check_id": "", "updated_at": repr(now)},
+             "check_id": "", "enqueued": "0", "forge_waits": "0", "updated_at": repr(now)},
         )
         if reopened:
             self._kv_delete("check", job.key)  # the re-opened job gets a check run of its own
         return reopened
+
+    def mark_enqueued(self, key: str) -> bool:
+        return self._update(key, {"state": (QUEUED,)}, {"enqueued": "1"})
 
     def claim(self, key: str, worker_id: str, now: float) -> bool:
         return self._update(
@@ -161,12 +173,16 @@ class Ledger:
     def heartbeat(self, key: str, worker_id: str, now: float) -> bool:
         return self._update(key, {"state": (RUNNING,), "worker_id": (worker_id,)}, {"heartbeat_at": repr(now)})
 
-    def release(self, key: str, worker_id: str, now: float, note: str) -> bool:
-        """running -> queued (an infrastructure error to retry)."""
-        return self._update(
-            key, {"state": (RUNNING,), "worker_id": (worker_id,)},
-            {"state": QUEUED, "worker_id": "", "note": note, "updated_at": repr(now)},
-        )
+    def release(self, key: str, worker_id: str, now: float, note: str, *, attempts: int | None = None,
+                forge_waits: int | None = None) -> bool:
+        """running -> queued (an infrastructure error to retry). `attempts` resets the count of scoring
+        attempts (an attempt that never reached the scorer is given back); `forge_waits` counts outages."""
+        changes = {"state": QUEUED, "worker_id": "", "note": note, "updated_at": repr(now)}
+        if attempts is not None:
+            changes["attempts"] = str(attempts)
+        if forge_waits is not None:
+            changes["forge_waits"] = str(forge_waits)
+        return self._update(key, {"state": (RUNNING,), "worker_id": (worker_id,)}, changes)
 
     def record_outcome(self, key: str, worker_id: str, outcome: ScoreOutcome, now: float) -> bool:
         """running -> scored: the verdict is durable from here on, whatever happens to publication."""
@@ -240,6 +256,24 @@ class Ledger:
         for key in old:
             self._kv_delete("delivery", key)
         return len(old)
+
+    def claim_rate(self, key: str, now: float, window: float) -> bool:
+        """True at most once per `key` and window of `window` seconds (rate-limited replies)."""
+        bucket = int(now // max(window, 1.0))
+        return self._kv_insert("rate", f"{key}@{bucket}", repr(now))
+
+    def prune_rates(self, older_than: float) -> int:
+        old = [k for k, v in self._kv_items("rate").items() if float(v) < older_than]
+        for key in old:
+            self._kv_delete("rate", key)
+        return len(old)
+
+    def bump(self, counter: str, amount: float = 1.0) -> None:
+        """Add to a shared counter (exported by /metrics of `evalbot serve`, whichever box counted)."""
+        self._kv_add("metric", counter, amount)
+
+    def counters(self) -> dict[str, float]:
+        return {k: float(v) for k, v in self._kv_items("metric").items()}
 
     def get_flag(self, name: str) -> str | None:
         return self._kv_get("flag", name)

@@ -6,33 +6,61 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from evalbot.bot.jobs.ledger import FIELD_TYPES, JobRecord, Ledger, record_from_strings
+from evalbot.bot.jobs.ledger import FIELD_TYPES, JobRecord, Ledger, LedgerBusy, record_from_strings
+
+
+@dataclass
+class _Result:
+    rowcount: int
+    rows: list[tuple]
+    names: list[str]
+
+
+def _column(name: str, kind: str) -> str:
+    sql_type = "INTEGER" if kind == "int" else "REAL" if kind == "float" else "TEXT"
+    default = "0" if kind in ("int", "float") else "''"
+    return f"{name} {sql_type} NOT NULL" + (" PRIMARY KEY" if name == "key" else f" DEFAULT {default}")
 
 
 class SqliteLedger(Ledger):
-    """One file under the state directory; shared by the service and the worker of one box."""
+    """One file under the state directory; shared by the service and the worker of one box.
 
-    def __init__(self, path: Path | str):
+    `busy_timeout`: how long a call waits for a lock held by another process (or thread) before it
+    raises `LedgerBusy`. The webhook service keeps it short, so GitHub hears an answer in time."""
+
+    def __init__(self, path: Path | str, busy_timeout: float = 30.0):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.busy_timeout = busy_timeout
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(str(self.path), timeout=30, isolation_level=None, check_same_thread=False)
+        self._db = sqlite3.connect(str(self.path), timeout=busy_timeout, isolation_level=None, check_same_thread=False)
+        self._db.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
         self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA busy_timeout=30000")
-        columns = ", ".join(
-            f"{name} {'INTEGER' if kind == 'int' else 'REAL' if kind == 'float' else 'TEXT'} NOT NULL"
-            + (" PRIMARY KEY" if name == "key" else "")
-            for name, kind in FIELD_TYPES.items()
-        )
+        columns = ", ".join(_column(name, kind) for name, kind in FIELD_TYPES.items())
         self._db.execute(f"CREATE TABLE IF NOT EXISTS jobs ({columns})")
+        have = {row[1] for row in self._db.execute("PRAGMA table_info(jobs)")}
+        for name, kind in FIELD_TYPES.items():  # a ledger of an earlier version gains the new columns
+            if name not in have:
+                self._db.execute(f"ALTER TABLE jobs ADD COLUMN {_column(name, kind)}")
         self._db.execute("CREATE TABLE IF NOT EXISTS kv (ns TEXT NOT NULL, k TEXT NOT NULL, v TEXT NOT NULL, PRIMARY KEY (ns, k))")
 
-    def _exec(self, sql: str, params: tuple = ()) -> sqlite3.Cursor:
-        with self._lock:
-            return self._db.execute(sql, params)
+    def _exec(self, sql: str, params: tuple = ()) -> _Result:
+        """One statement, its rows read while the connection is still ours."""
+        if not self._lock.acquire(timeout=self.busy_timeout):
+            raise LedgerBusy(f"the ledger {self.path} is busy (another call has waited {self.busy_timeout:g}s)")
+        try:
+            cursor = self._db.execute(sql, params)
+            names = [d[0] for d in cursor.description or ()]
+            return _Result(cursor.rowcount, cursor.fetchall() if names else [], names)
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise LedgerBusy(f"the ledger {self.path} is locked: {exc}") from None
+            raise
+        finally:
+            self._lock.release()
 
     def _insert(self, record: JobRecord) -> bool:
         data = asdict(record)
@@ -56,25 +84,23 @@ class SqliteLedger(Ledger):
         kind = FIELD_TYPES[name]
         return int(value) if kind == "int" else float(value) if kind == "float" else value
 
-    def _row_to_record(self, cursor: sqlite3.Cursor, row: tuple) -> JobRecord:
-        names = [d[0] for d in cursor.description]
-        return JobRecord(**dict(zip(names, row)))
+    @staticmethod
+    def _records(result: _Result) -> list[JobRecord]:
+        return [JobRecord(**dict(zip(result.names, row))) for row in result.rows]
 
     def get(self, key):
-        cursor = self._exec("SELECT * FROM jobs WHERE key = ?", (key,))
-        row = cursor.fetchone()
-        return self._row_to_record(cursor, row) if row else None
+        found = self._records(self._exec("SELECT * FROM jobs WHERE key = ?", (key,)))
+        return found[0] if found else None
 
     def records(self):
-        cursor = self._exec("SELECT * FROM jobs ORDER BY created_at, key")
-        return [self._row_to_record(cursor, row) for row in cursor.fetchall()]
+        return self._records(self._exec("SELECT * FROM jobs ORDER BY created_at, key"))
 
     def _kv_insert(self, namespace, key, value):
         return self._exec("INSERT OR IGNORE INTO kv (ns, k, v) VALUES (?, ?, ?)", (namespace, key, value)).rowcount == 1
 
     def _kv_get(self, namespace, key):
-        row = self._exec("SELECT v FROM kv WHERE ns = ? AND k = ?", (namespace, key)).fetchone()
-        return row[0] if row else None
+        rows = self._exec("SELECT v FROM kv WHERE ns = ? AND k = ?", (namespace, key)).rows
+        return rows[0][0] if rows else None
 
     def _kv_set(self, namespace, key, value):
         self._exec("INSERT OR REPLACE INTO kv (ns, k, v) VALUES (?, ?, ?)", (namespace, key, value))
@@ -83,7 +109,13 @@ class SqliteLedger(Ledger):
         self._exec("DELETE FROM kv WHERE ns = ? AND k = ?", (namespace, key))
 
     def _kv_items(self, namespace):
-        return dict(self._exec("SELECT k, v FROM kv WHERE ns = ?", (namespace,)).fetchall())
+        return dict(self._exec("SELECT k, v FROM kv WHERE ns = ?", (namespace,)).rows)
+
+    def _kv_add(self, namespace, key, amount):
+        self._exec(
+            "INSERT INTO kv (ns, k, v) VALUES (?, ?, ?) ON CONFLICT (ns, k) DO UPDATE SET v = CAST(CAST(v AS REAL) + ? AS TEXT)",
+            (namespace, key, repr(float(amount)), float(amount)),
+        )
 
     def close(self):
         with self._lock:
@@ -163,6 +195,12 @@ class RedisLedger(Ledger):
 
     def _kv_items(self, namespace):
         return self._redis.hgetall(f"{self.ns}:kv:{namespace}")
+
+    def _kv_add(self, namespace, key, amount):
+        self._redis.hincrbyfloat(f"{self.ns}:kv:{namespace}", key, float(amount))
+
+    def ping(self) -> None:
+        self._redis.ping()
 
     def close(self):
         self._redis.close()

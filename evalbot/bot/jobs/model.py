@@ -40,6 +40,38 @@ class RescoreRequest(_Model):
     requested_by: str
 
 
+class Rerun(_Model):
+    """The check run's (or check suite's) Re-run button: score the PR again, like /rescore.
+
+    `pr_numbers` comes from the event; GitHub leaves it empty for PRs from forks, and then the worker
+    finds the open PRs whose head is `head_sha`."""
+
+    kind: Literal["rerun"] = "rerun"
+    repo: str
+    head_sha: str
+    pr_numbers: list[int] = Field(default_factory=list)
+    requested_by: str = ""
+
+
+class ApproveForTesting(_Model):
+    """`/ok-to-test`: a maintainer lets the bot run this PR's code (a fork PR by a newcomer)."""
+
+    kind: Literal["ok_to_test"] = "ok_to_test"
+    repo: str
+    pr_number: int
+    requested_by: str
+
+
+class MergeGroupCheck(_Model):
+    """A merge queue asks for the check on its merge commit: carry the PR's verdict over to it."""
+
+    kind: Literal["merge_group"] = "merge_group"
+    repo: str
+    head_sha: str
+    head_ref: str
+    base_sha: str
+
+
 class SetAutomerge(_Model):
     kind: Literal["automerge"] = "automerge"
     repo: str
@@ -56,6 +88,8 @@ class Reply(_Model):
     pr_number: int
     template: str
     context: dict[str, str | int | bool | list[str] | list[dict[str, str]]] = Field(default_factory=dict)
+    # non-empty: at most one such reply per key and `refusal_window_seconds` (replies anyone can provoke)
+    rate_key: str = ""
 
 
 class MainMoved(_Model):
@@ -83,11 +117,8 @@ class DecideRound(_Model):
     attempt: int = 0
 
 
-Chore = Annotated[
-    Union[RescoreRequest, SetAutomerge, Reply, MainMoved, AnnounceQueued, DecideRound], Field(discriminator="kind")
-]
-Action = Annotated[
-    Union[ScoreJob, RescoreRequest, SetAutomerge, Reply, MainMoved, AnnounceQueued, DecideRound],
-    Field(discriminator="kind"),
-]
+_CHORES = (RescoreRequest, SetAutomerge, Reply, MainMoved, AnnounceQueued, DecideRound, Rerun, ApproveForTesting,
+           MergeGroupCheck)
+Chore = Annotated[Union[_CHORES], Field(discriminator="kind")]  # type: ignore[valid-type]
+Action = Annotated[Union[(ScoreJob, *_CHORES)], Field(discriminator="kind")]  # type: ignore[valid-type]
 CHORE_ADAPTER: TypeAdapter = TypeAdapter(Chore)

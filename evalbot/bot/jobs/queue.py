@@ -46,10 +46,10 @@ def make_huey(settings: Settings) -> Huey:
     return SqliteHuey(QUEUE_NAME, filename=str(settings.queue_db_path), results=False, serializer=JsonSerializer())
 
 
-def make_ledger(settings: Settings) -> Ledger:
+def make_ledger(settings: Settings, busy_timeout: float = 30.0) -> Ledger:
     if settings.redis_url:
         return RedisLedger(settings.redis_url)
-    return SqliteLedger(settings.ledger_db_path)
+    return SqliteLedger(settings.ledger_db_path, busy_timeout=busy_timeout)
 
 
 class JobQueue:
@@ -63,8 +63,8 @@ class JobQueue:
                                      retry_delay=CHORE_RETRY_DELAY)(self._run_chore)
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> "JobQueue":
-        return cls(make_huey(settings), make_ledger(settings))
+    def from_settings(cls, settings: Settings, *, busy_timeout: float = 30.0) -> "JobQueue":
+        return cls(make_huey(settings), make_ledger(settings, busy_timeout))
 
     # -- producer side (webhook, worker) -----------------------------------------------------------
     def submit(self, action: Action, *, force: bool = False) -> bool:
@@ -75,11 +75,26 @@ class JobQueue:
         return True
 
     def submit_score(self, job: ScoreJob, *, force: bool = False) -> bool:
+        """Record the job in the ledger, then put its message on the queue. False: already known.
+
+        The two writes are not one transaction. When the message could not be written after the
+        ledger took the job (the webhook then answers 503), the job stays `queued` with `enqueued`
+        0, and the next submission of the same job (GitHub's redelivery, a /rescore) writes the
+        missing message instead of hearing "already queued"."""
         if not self.ledger.submit(job, self.clock(), force=force):
+            known = self.ledger.get(job.key)
+            if known is not None and known.state == QUEUED and not known.enqueued:
+                self._enqueue_new(job.key)
+                log.info("job %s had no queue message (an earlier write failed); written now", job.key)
+                return True
             return False
-        self._score_task(job.key)
-        self.submit_chore(AnnounceQueued(job_key=job.key))
+        self._enqueue_new(job.key)
         return True
+
+    def _enqueue_new(self, key: str) -> None:
+        self._score_task(key)
+        self.ledger.mark_enqueued(key)
+        self.submit_chore(AnnounceQueued(job_key=key))
 
     def submit_chore(self, chore: Chore, *, delay: float | None = None) -> None:
         data = chore.model_dump()
@@ -140,14 +155,16 @@ class JobQueue:
             return "skipped: undecodable chore"
         return self._require_handlers().run_chore(chore)
 
-    def drain(self, *, max_tasks: int = 1000, include_scheduled_within: float = 0.0) -> int:
+    def drain(self, *, max_tasks: int = 1000, include_scheduled_within: float = 0.0,
+              should_stop: Callable[[], bool] | None = None) -> int:
         """Run queued messages in this thread until none is left (tests and `evalbot worker --burst`).
 
         Scheduled messages due within `include_scheduled_within` seconds are waited for and run too.
+        `should_stop`: checked between messages (a SIGTERM in `--burst`).
         """
         ran = skipped = 0
         deadline = time.monotonic() + include_scheduled_within
-        while ran + skipped < max_tasks:
+        while ran + skipped < max_tasks and not (should_stop and should_stop()):
             for task in self.huey.read_schedule():
                 self.huey.enqueue(task)
             try:

@@ -36,9 +36,14 @@ class Account(_Model):
         return self.type == "Bot" or self.login.endswith("[bot]")
 
 
+class RepoRef(_Model):
+    full_name: str = ""
+
+
 class GitRef(_Model):
     ref: str
     sha: Sha
+    repo: RepoRef | None = None  # None: the fork was deleted
 
 
 class PullRequest(_Model):
@@ -48,6 +53,7 @@ class PullRequest(_Model):
     head: GitRef
     base: GitRef
     user: Account
+    author_association: str = "NONE"
 
 
 class PullRequestEvent(_Model):
@@ -87,6 +93,54 @@ class PushEvent(_Model):
     repository: Repository
 
 
+class PullRef(_Model):
+    """A pull request as check runs and check suites name it (empty for PRs from forks)."""
+
+    number: int = Field(gt=0)
+
+
+class CheckRun(_Model):
+    id: int
+    name: str
+    head_sha: Sha
+    external_id: str | None = None
+    pull_requests: list[PullRef] = Field(default_factory=list)
+
+
+class CheckRunEvent(_Model):
+    action: str
+    check_run: CheckRun
+    repository: Repository
+    sender: Account
+
+
+class CheckSuite(_Model):
+    id: int
+    head_sha: Sha
+    pull_requests: list[PullRef] = Field(default_factory=list)
+
+
+class CheckSuiteEvent(_Model):
+    action: str
+    check_suite: CheckSuite
+    repository: Repository
+    sender: Account
+
+
+class MergeGroup(_Model):
+    head_sha: Sha
+    head_ref: str
+    base_sha: Sha
+    base_ref: str
+
+
+class MergeGroupEvent(_Model):
+    action: str
+    merge_group: MergeGroup
+    repository: Repository
+    sender: Account
+
+
 class PingEvent(_Model):
     zen: str = ""
     hook_id: int | None = None
@@ -97,6 +151,9 @@ EVENT_MODELS: dict[str, type[_Model]] = {
     "pull_request": PullRequestEvent,
     "issue_comment": IssueCommentEvent,
     "push": PushEvent,
+    "check_run": CheckRunEvent,
+    "check_suite": CheckSuiteEvent,
+    "merge_group": MergeGroupEvent,
 }
 
 

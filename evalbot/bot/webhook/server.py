@@ -1,4 +1,5 @@
-"""`evalbot serve [--host H] [--port P]`: run the webhook app under uvicorn.
+"""`evalbot serve [--host H] [--port P]`: run the webhook app (and the dashboard, /metrics) under uvicorn,
+with time limits on slow clients (`protocol`) and JSON logs (`evalbot.bot.logs`).
 
 Hardened like the worker: non-dumpable before any secret is read (its /proc/<pid>/environ and memory
 are closed to processes of the same user), the webhook secret read from a file
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import resource
 import sys
 
 from evalbot.bot.worker.secrets import scrub_secrets_from_environment
@@ -17,6 +19,10 @@ from evalbot.errors import ConfigError
 from evalbot.measure.hardening import make_undumpable
 from evalbot.settings import load_settings
 
+FD_RESERVE = 96  # descriptors kept for the ledger, the queue, the history, logging and an accept burst
+# asyncio accepts up to `backlog` connections in one go before any of them is looked at: a small batch
+# keeps that burst inside FD_RESERVE, so a flood of connections never runs the process out of descriptors.
+ACCEPT_BACKLOG = FD_RESERVE // 3
 log = logging.getLogger("evalbot.serve")
 
 
@@ -26,14 +32,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
 
 
+def connection_limit(configured: int) -> int:
+    """At most `configured` connections, and never so many that the process runs out of descriptors."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return configured
+    return max(8, min(configured, soft - FD_RESERVE))
+
+
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from evalbot.bot.jobs.queue import JobQueue
+    from evalbot.bot.logs import configure_logging
+    from evalbot.bot.metrics import ServiceMetrics
     from evalbot.bot.webhook.app import create_app
+    from evalbot.bot.webhook.protocol import guarded_protocol
+    from evalbot.history.store import open_history
 
     make_undumpable()
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     secret_in_environment = bool(os.environ.get("EVALBOT_WEBHOOK_SECRET"))
     try:
         settings = load_settings()
@@ -43,19 +60,27 @@ def run(args: argparse.Namespace) -> int:
         return 2
     finally:
         scrub_secrets_from_environment()
-    if secret_in_environment:
-        log.warning("the webhook secret came from EVALBOT_WEBHOOK_SECRET; it stays in this process's start-up "
-                    "environment: give it as a file (EVALBOT_WEBHOOK_SECRET_FILE, or EVALBOT_SECRETS_DIR)")
     if not 0 < args.port < 65536:
         print(f"evalbot serve: --port must be 1..65535, got {args.port}", file=sys.stderr)
         return 2
-    app = create_app(settings, JobQueue.from_settings(settings))
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, proxy_headers=True)
+    configure_logging(args.log_level, settings.log_format)
+    if secret_in_environment:
+        log.warning("the webhook secret came from EVALBOT_WEBHOOK_SECRET; it stays in this process's start-up "
+                    "environment: give it as a file (EVALBOT_WEBHOOK_SECRET_FILE, or EVALBOT_SECRETS_DIR)")
+    queue = JobQueue.from_settings(settings, busy_timeout=settings.ledger_busy_seconds)
+    history = open_history(settings.redis_url, settings.history_path, busy_timeout=settings.ledger_busy_seconds)
+    metrics = ServiceMetrics(queue.ledger, queue.pending_count)
+    app = create_app(settings, queue, history=history, metrics=metrics)
+    protocol = guarded_protocol(settings.client_timeout_seconds, connection_limit(settings.max_connections),
+                                lambda reason: metrics.connections_closed.labels(reason=reason).inc())
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, proxy_headers=True, http=protocol,
+                log_config=None, timeout_keep_alive=5, timeout_graceful_shutdown=5, backlog=ACCEPT_BACKLOG)
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="evalbot serve", description="Receive GitHub webhooks and queue scoring work.")
+    parser = argparse.ArgumentParser(prog="evalbot serve", description="Receive GitHub webhooks and queue scoring work; "
+                                     "serve the dashboard and /metrics.")
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

@@ -11,7 +11,7 @@ from evalbot.forge.base import Forge
 from evalbot.settings import Settings, env_name
 
 
-def github_forge_factory(settings: Settings) -> Callable[[str], Forge]:
+def github_forge_factory(settings: Settings, observer: Callable[[str, float], None] | None = None) -> Callable[[str], Forge]:
     from evalbot.forge.github import GitHubForge  # PyGithub only where GitHub is used
 
     cache: dict[str, Forge] = {}
@@ -32,7 +32,8 @@ def github_forge_factory(settings: Settings) -> Callable[[str], Forge]:
             if repo not in cache:
                 common = dict(base_url=settings.github_api_url, receipts_branch=settings.receipts_branch,
                               receipts_dir=settings.receipts_dir, bot_login=settings.bot_login,
-                              throttle=settings.github_throttle, tiers=settings.tiers, templates=settings.templates_dir)
+                              throttle=settings.github_throttle, tiers=settings.tiers, templates=settings.templates_dir,
+                              observer=observer)
                 if settings.github_app_id:
                     cache[repo] = GitHubForge.from_app(settings.github_app_id, key_text, int(settings.github_installation_id),
                                                        repo, **common)

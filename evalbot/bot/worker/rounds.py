@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from evalbot.bot.jobs.ledger import DONE, JobRecord, UndecodableOutcome
 from evalbot.bot.jobs.model import DecideRound, ScoreJob
+from evalbot.bot.worker import approval
 from evalbot.decide import automerge
 from evalbot.forge.base import Forge
 from evalbot.settings.tiers import NEEDS_REBASE_LABEL
@@ -106,6 +107,8 @@ def mark_stale_and_requeue(worker: Worker, forge: Forge, repo: str, main_sha: st
         if only is not None and pull.number not in only:
             continue
         if pull.draft or pull.base_ref != worker.settings.main_branch:
+            continue
+        if approval.needs_approval(worker, pull, repo):  # a fork PR nobody approved: still waits for /ok-to-test
             continue
         if any(worker.settings.tiers.is_tier_label(label) for label in pull.labels) or worker.ledger.for_pull(repo, pull.number):
             forge.add_label(pull.number, NEEDS_REBASE_LABEL)

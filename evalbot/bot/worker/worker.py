@@ -1,6 +1,7 @@
 """The Worker: runs score jobs (claim, freshness, check run, score, keep the verdict), publishes kept
 verdicts, and sweeps. The scorer and the publisher are injected (see `scoring`), so everything here
-is tested with a fake scorer; the worker itself reads only the outcome's tier and speedup."""
+is tested with a fake scorer; the worker itself reads only the outcome's tier and speedup (and hands
+the outcome to `evalbot.history.adapter` for the history)."""
 
 from __future__ import annotations
 
@@ -11,19 +12,26 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import structlog
 from huey.exceptions import RetryTask
 
+from evalbot.bot import metrics
 from evalbot.bot.jobs.boxlock import BoxLock
 from evalbot.bot.jobs.freshness import judge_freshness
 from evalbot.bot.jobs.ledger import DONE, FAILED, QUEUED, SCORED, SUPERSEDED, JobRecord, UndecodableOutcome
 from evalbot.bot.jobs.model import Chore
 from evalbot.bot.jobs.queue import JobQueue
-from evalbot.bot.worker import chores, rounds
+from evalbot.bot.worker import approval, chores, rounds
 from evalbot.bot.worker.heartbeat import Heartbeat
+from evalbot.bot.worker.interrupt import ScoringGuard, ScoringInterrupted
 from evalbot.bot.worker.progress import CheckRunProgress
 from evalbot.bot.worker.scoring import Publisher, Scorer
 from evalbot.decide.outcome import ScoreOutcome
 from evalbot.forge.base import CHECK_NAME, Forge
+from evalbot.forge.github_retry import ForgeUnavailable
+from evalbot.history.adapter import history_entry, record_scoring
+from evalbot.history.store import HistoryStore, recorded
+from evalbot.report.check_run import INFRA_CONCLUSION, SUPERSEDED_CONCLUSION, details_url
 from evalbot.report.render import render
 from evalbot.settings import Settings
 from evalbot.settings.tiers import NEEDS_REBASE_LABEL
@@ -31,6 +39,7 @@ from evalbot.settings.tiers import NEEDS_REBASE_LABEL
 log = logging.getLogger("evalbot.worker")
 
 DELIVERY_MEMORY_SECONDS = 30 * 24 * 3600
+FORGE_RETRY_MAX_SECONDS = 600.0
 
 
 def publish_backoff(publish_attempts: int, base: float) -> float:
@@ -47,11 +56,13 @@ class Worker:
         publisher: Publisher,
         settings: Settings,
         clock: Callable[[], float] = time.time,
+        history: HistoryStore | None = None,
     ):
         self.queue, self.ledger = queue, queue.ledger
         self.forge_for, self.scorer, self.publisher = forge_for, scorer, publisher
-        self.settings, self.clock = settings, clock
+        self.settings, self.clock, self.history = settings, clock, history
         self.worker_id = f"{settings.box_name()}/{os.getpid()}/{uuid.uuid4().hex[:8]}"
+        self.guard = ScoringGuard()  # SIGTERM interrupts the running score through it (main.py)
 
     def render(self, template: str, /, **context: Any) -> str:
         return render(template, templates=self.settings.templates_dir, **context)
@@ -60,10 +71,19 @@ class Worker:
         return forge.branch_head_sha(self.settings.main_branch)
 
     # -- score jobs ----------------------------------------------------------------------------------
+    def details_url(self, record: JobRecord) -> str:
+        return details_url(self.settings.public_url, record.pr_number, record.head_sha)
+
     def run_score(self, key: str) -> str:
+        with structlog.contextvars.bound_contextvars(job=key):
+            return self._run_score(key)
+
+    def _run_score(self, key: str) -> str:
         record = self.ledger.get(key)
         if record is None or record.state != QUEUED:
             return f"skipped: {record.state if record else 'unknown job'}"
+        if self.guard.stopping.is_set():  # stopping: leave it queued for the next worker
+            raise RetryTask(delay=self.settings.busy_retry_seconds)
         lock = BoxLock(self.settings.box_lock_path)
         if not lock.try_acquire():
             raise RetryTask(delay=self.settings.busy_retry_seconds)  # this box is busy; any box may take it
@@ -81,15 +101,19 @@ class Worker:
         try:
             pull = forge.get_pull(job.pr_number)
             freshness = judge_freshness(job, pull, self.main_head(forge), self.settings.main_branch)
+        except ForgeUnavailable as exc:  # GitHub is down: not the job's fault, and no attempt spent
+            return self._forge_outage(record, exc)
         except Exception as exc:
             return self._infra_failure(record, forge, exc)
         if not freshness.run:
             self.ledger.finish(record.key, SUPERSEDED, self.clock(), freshness.why, worker_id=self.worker_id)
-            self._close_check(forge, record, "skipped", self.render("gh_check_title_superseded.txt.j2"),
+            self._close_check(forge, record, SUPERSEDED_CONCLUSION, self.render("gh_check_title_superseded.txt.j2"),
                               self.render("gh_check_superseded.md.j2", why=freshness.why))
             if freshness.replacement is not None:
                 self.queue.submit_score(freshness.replacement)
             return f"superseded: {freshness.why}"
+        if approval.needs_approval(self, pull):
+            return approval.hold(self, forge, record, pull)
 
         check_id = record.check_id or self.start_check(forge, record)
 
@@ -102,18 +126,58 @@ class Worker:
                 )
 
         progress = CheckRunProgress(show_progress, self.settings.progress_seconds, self.clock)
-        progress("preparing worktrees")
+        started = time.monotonic()
         try:
-            outcome = self.scorer(job, progress)
+            progress("preparing worktrees")
+            outcome = self.guard.run(lambda: self.scorer(job, progress))
             if not isinstance(outcome, ScoreOutcome):  # an infrastructure error, not a verdict
                 raise TypeError(f"the scorer returned a {type(outcome).__name__}, not a ScoreOutcome")
+        except ScoringInterrupted:
+            return self._interrupted(record, forge, check_id)
         except Exception as exc:
+            metrics.record_duration(self.ledger, time.monotonic() - started, profile=self._profile(), status="infra_error")
             return self._infra_failure(record, forge, exc, check_id=check_id)
+        metrics.record_duration(self.ledger, time.monotonic() - started, profile=outcome.profile, status=outcome.verdict.status)
         if not self.ledger.record_outcome(record.key, self.worker_id, outcome, self.clock()):
             return "dropped: another worker took this job over"
+        if self.history is not None:
+            record_scoring(self.history, outcome, repo=record.repo)  # and the calibration it gated with
         self.publish_recorded(record.key)
         self.decide_round(record.repo, record.base_sha)
         return "scored"
+
+    def _profile(self) -> str:
+        return self.settings.profile or "default"
+
+    def _interrupted(self, record: JobRecord, forge: Forge, check_id: str) -> str:
+        """The worker is stopping: the job goes back to the queue unspent; the check run says so."""
+        why = self.guard.why or "stopping"
+        if self.ledger.release(record.key, self.worker_id, self.clock(), f"interrupted: {why}",
+                               attempts=max(0, record.attempts - 1)):
+            self.queue.enqueue_key(record.key)  # any box may take it now; this one again after its restart
+        self.ledger.bump(metrics.counter_key("scorings_interrupted"))
+        if check_id:
+            try:
+                forge.update_check(check_id, status="queued", title=self.render("gh_check_title_interrupted.txt.j2"),
+                                   summary=self.render("gh_check_interrupted.md.j2", head_sha=record.head_sha,
+                                                       base_sha=record.base_sha, box=self.settings.box_name(), why=why),
+                                   details_url=self.details_url(record))
+            except Exception as exc:  # the job is safe in the ledger either way
+                log.warning("could not mark check run %s as interrupted: %s", check_id, exc)
+        log.info("job %s interrupted (%s); back in the queue", record.key, why)
+        return "interrupted"
+
+    def _forge_outage(self, record: JobRecord, exc: Exception) -> str:
+        """GitHub could not be reached when the job started: put it back, unspent, with growing waits."""
+        waits = record.forge_waits + 1
+        delay = min(FORGE_RETRY_MAX_SECONDS, self.settings.forge_retry_seconds * 2 ** (waits - 1))
+        note = f"GitHub unreachable when the job started ({type(exc).__name__}); trying again in {delay:.0f}s"
+        if self.ledger.release(record.key, self.worker_id, self.clock(), note, attempts=max(0, record.attempts - 1),
+                               forge_waits=waits):
+            self.queue.enqueue_key(record.key, delay=delay)
+        self.ledger.bump(metrics.counter_key("forge_outage_requeues"))
+        log.warning("job %s: %s", record.key, note)
+        return f"waiting for GitHub: {note}"
 
     def start_check(self, forge: Forge, record: JobRecord) -> str:
         if not self.ledger.claim_check(record.key, self.worker_id):
@@ -124,7 +188,8 @@ class Worker:
         try:
             check_id = forge.start_check(record.head_sha, CHECK_NAME, self.render(
                 "gh_check_queued.md.j2", head_sha=record.head_sha, base_sha=record.base_sha,
-                pr_number=record.pr_number, reason=record.reason))
+                pr_number=record.pr_number, reason=record.reason), external_id=record.key,
+                details_url=self.details_url(record))
         except Exception as exc:  # the check run is a courtesy; the verdict does not depend on it
             log.warning("could not create the check run for %s: %s", record.key, exc)
             return ""
@@ -135,7 +200,8 @@ class Worker:
         if not record.check_id:
             return
         try:
-            forge.update_check(record.check_id, status="completed", title=title, summary=summary, conclusion=conclusion)
+            forge.update_check(record.check_id, status="completed", title=title, summary=summary, conclusion=conclusion,
+                               details_url=self.details_url(record))
         except Exception as exc:
             log.warning("could not complete check run %s: %s", record.check_id, exc)
 
@@ -152,7 +218,7 @@ class Worker:
         latest = self.ledger.get(record.key) or record
         if check_id and not latest.check_id:
             latest.check_id = check_id
-        self._close_check(forge, latest, "cancelled", self.render("gh_check_title_infra.txt.j2"),
+        self._close_check(forge, latest, INFRA_CONCLUSION, self.render("gh_check_title_infra.txt.j2"),
                           self.render("gh_check_infra_error.md.j2", attempts=record.attempts, error=error))
         return f"failed: {error}"
 
@@ -169,7 +235,10 @@ class Worker:
             return False
         try:
             forge = self.forge_for(record.repo)
-            self.publisher(outcome, forge, record.pr_number, record.check_id or None)
+            result = self.publisher(outcome, forge, record.pr_number, record.check_id or None)
+            receipt_ref = getattr(result, "receipt_ref", "")
+            if receipt_ref and self.history is not None:
+                recorded(self.history, history_entry(outcome, repo=record.repo, receipt_ref=receipt_ref))
             if self.main_head(forge) == record.base_sha:
                 forge.remove_label(record.pr_number, NEEDS_REBASE_LABEL)
             if outcome.tier in self.settings.close_on:
@@ -193,7 +262,9 @@ class Worker:
         return rounds.decide_round(self, repo, base_sha, attempt)
 
     def run_chore(self, chore: Chore) -> str:
-        return chores.run_chore(self, chore)
+        bound = {"chore": chore.kind, "job": getattr(chore, "job_key", None)}
+        with structlog.contextvars.bound_contextvars(**{k: v for k, v in bound.items() if v}):
+            return chores.run_chore(self, chore)
 
     # -- housekeeping -----------------------------------------------------------------------------------
     def sweep(self) -> dict[str, int]:
@@ -210,4 +281,5 @@ class Worker:
                 published += 1
                 self.decide_round(record.repo, record.base_sha)
         pruned = self.ledger.prune_deliveries(now - DELIVERY_MEMORY_SECONDS)
+        self.ledger.prune_rates(now - 2 * self.settings.refusal_window_seconds)
         return {"requeued": len(stale), "published": published, "pruned_deliveries": pruned}
