@@ -180,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="where the harness comes from (default: the base branch tip, origin/<base> when it exists)",
     )
     p.add_argument("--profile", choices=["cpu", "gpu"], help="harness profile (default: the `profile` setting, else gpu when CUDA is available, else cpu)")
-    p.add_argument("--rounds", type=int, metavar="N", help="exactly N rounds (default: adaptive, until decided or the budget is spent)")
+    p.add_argument("--rounds", type=int, metavar="N", help="N rounds, fewer only if the budget or the corpus runs out first (default: adaptive, until decided or the budget is spent)")
     p.add_argument("--budget", type=float, metavar="SECONDS", help="time budget of the measurement (default: the profile's, gpu 600, cpu 180)")
     p.add_argument("--no-calibrate", action="store_true",
                    help="with no noise floor for this box, profile and engine version, use the default floor instead of calibrating first")
@@ -199,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
     repo_opts(p)
     p.add_argument("--base", metavar="REF", default="main", help="the ref to measure against itself (default main)")
     p.add_argument("--profile", choices=["cpu", "gpu"], help="harness profile (default: the `profile` setting, else gpu when CUDA is available, else cpu)")
-    p.add_argument("--rounds", type=int, metavar="N", help="exactly N A/A rounds (default: adaptive, as a score)")
+    p.add_argument("--rounds", type=int, metavar="N", help="N A/A rounds, fewer only if the budget runs out first (default: adaptive, as a score)")
     p.add_argument("--budget", type=float, metavar="SECONDS", help="time budget (default: the profile's)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--no-sandbox", action="store_true",

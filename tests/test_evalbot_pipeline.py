@@ -114,6 +114,8 @@ def test_a_pr_that_does_not_merge_needs_a_rebase(repo):
     out = score(repo, "fast")
     assert out.verdict.status == "not_evaluated" and out.verdict.labels == ["dspark-needs-rebase"]
     assert out.verdict.conflicts == ["knobs.json"]
+    assert "not evaluated: needs a rebase" in out.scorecard and "- `knobs.json`" in out.scorecard
+    assert "harness changed" not in out.scorecard
 
 
 # -- whose fault it is -----------------------------------------------------------------------------------

@@ -22,12 +22,21 @@ def _ci(values: list[float], groups: list[int], settings: ScoringSettings) -> tu
                                 confidence=st.confidence)
 
 
+def final(m: Measurements) -> str | None:
+    """Why no further round can change the verdict (a REJECT for good), else None. Checked after every
+    round, before the minimum number of rounds too: a wrong stream needs no more evidence."""
+    if gate_integrity(m).status == "fail":
+        return "an integrity finding on the PR: no number of rounds can change the verdict"
+    if any(c.pr_verified < c.pr_streams for c in m.cells):
+        return "a DSpark stream that is not main's greedy continuation: REJECT whatever the speed"
+    return None
+
+
 def decided(m: Measurements, settings: ScoringSettings) -> tuple[bool, str]:
     th, tiers = settings.thresholds, settings.tiers
-    if gate_integrity(m).status == "fail":
-        return True, "an integrity finding on the PR: no number of rounds can change the verdict"
-    if any(c.pr_verified < c.pr_streams for c in m.cells):
-        return True, "a DSpark stream that is not main's greedy continuation: REJECT whatever the speed"
+    why = final(m)
+    if why is not None:
+        return True, why
     if len(m.speedup_rounds) < 2:
         return False, "too few rounds for an interval"
     lo, hi = _ci(m.speedup_rounds, m.speedup_groups, settings)

@@ -34,7 +34,8 @@ from evalbot.measure.servers import Failure, Process, Spawner, failure, start_se
 from evalbot.measure.windows import CorpusExhausted, Window, WindowAllocator
 
 
-StopRule = Callable[[Records], "tuple[bool, str]"]  # records so far -> (stop?, why)
+# records so far -> (stop?, why, final?): `final` (a REJECT for good) stops before the minimum rounds too
+StopRule = Callable[[Records], "tuple[bool, str, bool]"]
 
 
 @dataclass
@@ -284,9 +285,9 @@ class Campaign:
             need = 2 * sum(1 for c in self.plan.cells if c.corpus == corpus)
             if self.windows.capacity(corpus, longest, [m.label, h.label]) < need:
                 return ("corpus", f"no unseen {corpus} windows left for another round of {m.label} and {h.label}")
-        if rnd >= self.plan.min_rounds:
-            stop, detail = self.stop_rule(self.records)
-            if stop:
+        if rnd > 0:
+            stop, detail, final = self.stop_rule(self.records)
+            if stop and (final or rnd >= self.plan.min_rounds):
                 return ("decided", detail)
         if round_s:
             next_s = max(round_s[-3:])

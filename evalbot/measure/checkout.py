@@ -1,4 +1,4 @@
-"""Checkout + overlay: the job's commits in the box's clone, both refs side by side as exports, and
+"""Checkout and exports: the job's commits in the box's clone, both refs side by side as exports, and
 one ruler in both (every HARNESS_PATHS entry from the base branch tip, checked byte for byte).
 
 `fetch_job_refs` runs in the worker (which holds no PR code): main from its branch, the PR from

@@ -1,9 +1,10 @@
-"""Git: resolve refs, make worktrees, pin the harness from the base branch tip, spot harness edits.
+"""Git, hardened (no hooks, no credential helpers, a timeout on every call): resolve refs, read the
+harness manifest and its files from the base branch tip, spot harness edits, make the merge candidate.
 
-One ruler for both refs: every file the base tip's `harness/HARNESS_PATHS` names is copied from
-that tip into both worktrees (and any stale harness file a ref carries is removed), then checked
-byte for byte. If that cannot be done the run stops with `HarnessPinError` — measuring a ref
-with its own copy of the harness once read a good PR as -47.5% (docs/shared prior-art).
+One ruler for both refs: every file the base tip's `harness/HARNESS_PATHS` names is written from that
+tip into both refs' exports (evalbot.measure.export; a stale harness file a ref carries is removed),
+then checked byte for byte. If that cannot be done the run stops with `HarnessPinError` — measuring a
+ref with its own copy of the harness once read a good PR as -47.5% (docs/shared prior-art).
 """
 
 from __future__ import annotations
@@ -281,15 +282,12 @@ class Candidate:
 def merge_candidate(repo: Path, base_sha: str, head_sha: str) -> Candidate:
     """`git merge-tree --write-tree` (no work tree, no index, no hooks): what squash-merging the PR onto
     main's current tip would give. A head that already contains the base tip merges to its own tree."""
-    proc = subprocess.run(
-        ["git", "-C", str(repo), "merge-tree", "--write-tree", "--name-only", "--no-messages", base_sha, head_sha],
-        capture_output=True, env=dict(os.environ, GIT_TERMINAL_PROMPT="0", LC_ALL="C"), timeout=300,
-    )
-    lines = proc.stdout.decode("utf-8", "surrogateescape").splitlines()
-    if proc.returncode == 1 and lines:
+    code, out, err_bytes = run_git(repo, "merge-tree", "--write-tree", "--name-only", "--no-messages", base_sha, head_sha)
+    lines = out.decode("utf-8", "surrogateescape").splitlines()
+    if code == 1 and lines:
         return Candidate(conflicts=tuple(sorted({p for p in lines[1:] if p})))
-    if proc.returncode != 0 or not lines:
-        err = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+    if code != 0 or not lines:
+        err = err_bytes.decode("utf-8", "replace").strip().splitlines()
         raise GitError(f"git merge-tree: {err[-1] if err else 'failed'}")
     tree = lines[0].strip()
     env = {"GIT_AUTHOR_NAME": "DSpark EvalBot", "GIT_AUTHOR_EMAIL": "evalbot@localhost",

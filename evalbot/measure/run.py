@@ -13,7 +13,7 @@ from typing import Protocol
 from evalbot.decide.measurements import summarize
 from evalbot.decide.noise import NoiseFloor
 from evalbot.decide.records import Records, Ref
-from evalbot.decide.stopping import decided
+from evalbot.decide.stopping import decided, final
 from evalbot.measure import gitops
 from evalbot.measure.campaign import Campaign
 from evalbot.measure.checkout import PinnedHarness, exported_trees
@@ -41,6 +41,11 @@ def model_path(settings: Settings) -> Path:
     from engine.model_files import bundled_model_path  # the bot's own copy: fetches and checks the pinned file
 
     return bundled_model_path()
+
+
+def _stop(m, settings: Settings) -> tuple[bool, str, bool]:
+    stop, why = decided(m, settings)
+    return stop, why, final(m) is not None
 
 
 def _has_gpu() -> bool:
@@ -84,7 +89,7 @@ def run_campaign(repo: Path, pinned: PinnedHarness, shas: Mapping[Ref, str], set
 
             campaign = Campaign(
                 plan, spawn, corpora,
-                stop_rule=lambda rec: decided(summarize(rec, noise=noise, integrity=settings.integrity), settings),
+                stop_rule=lambda rec: _stop(summarize(rec, noise=noise, integrity=settings.integrity), settings),
                 progress=(progress.step if progress is not None else (lambda msg: None)),
                 contention=GpuContention.for_box() if gpu else None, aa=aa,
             )

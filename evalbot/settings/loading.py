@@ -3,7 +3,7 @@
 
 - file: `--config PATH`, else `$EVALBOT_CONFIG`, else `<repo>/.evalbot/config.toml` if it exists
   (`config_file`; for the bot, the repo is its checkout). TOML, or JSON when the name ends in .json.
-  It mirrors the model: `[thresholds] ar_ratio_min = 0.97`, `[profiles.gpu] rounds = 5`, `repo = "o/r"`.
+  It mirrors the model: `[thresholds] ar_ratio_min = 0.97`, `[profiles.gpu] budget_s = 300`, `repo = "o/r"`.
 - environment: `EVALBOT_<FIELD>` (`EVALBOT_REPO`, `EVALBOT_BOX`, `EVALBOT_SIGNING_KEY`) and
   `EVALBOT_<SECTION>__<FIELD>` for a nested one (`EVALBOT_PROFILES__GPU__ROUNDS=5`); lists and tables
   as JSON, `close_on` and `command_allowlist` comma-separated.
