@@ -196,3 +196,32 @@ def test_every_git_call_has_a_timeout_that_kills_what_it_started(tmp_path, monke
         time.sleep(0.05)  # (a zombie until init reaps it)
     st = Path(f"/proc/{child}/stat")
     assert not st.exists() or st.read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+
+def test_an_interpreter_under_tmp_runs_in_the_sandbox(repo, tmp_path):
+    """A CI checkout under /tmp has its venv there: the sandbox's /tmp is a fresh tmpfs, and the
+    directories above the bound interpreter must be made in it, walkable by the sandbox user."""
+    from evalbot.measure.proc import SandboxedProcess
+    from evalbot.measure.sandbox import SandboxSpec, SandboxUnavailable, check_sandbox
+    from evalbot.settings import SandboxSettings
+
+    try:
+        check_sandbox(SandboxSettings())
+    except SandboxUnavailable as e:
+        if os.environ.get("DSPARK_REQUIRE_SANDBOX") == "1":
+            raise
+        pytest.skip(str(e))
+    if not str(tmp_path).startswith("/tmp/"):
+        pytest.skip(f"pytest's temporary directory {tmp_path} is not under /tmp")
+    bin_dir = tmp_path / "deep" / "venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "python").symlink_to(os.path.realpath(sys.executable))
+    dest = tmp_path / "tree"
+    export_tree(repo.path, repo.sha("main"), dest, harness_rev=repo.sha("main"), patterns=_patterns(repo))
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"m")
+    spec = SandboxSpec("pr-1", dest, model, {"PATH": "/usr/bin:/bin"})
+    with SandboxedProcess.start(spec, [str(bin_dir / "python"), "-c", "print('ran')"], SandboxSettings()) as proc:
+        out = proc.stdout.read().decode()
+        assert proc.wait(60) == 0, proc.stderr_tail()
+    assert out.strip() == "ran"

@@ -236,6 +236,13 @@ def _parents(args: list[str]) -> list[str]:
     return [x for d in dirs for x in ("--perms", "0755", "--dir", d)]
 
 
+def _tmp_parents(paths: Sequence[str]) -> list[str]:
+    """The same for binds into /tmp (a CI checkout's venv): those directories live in the sandbox's new
+    tmpfs, so they are made after it is mounted."""
+    dirs = sorted({str(q) for p in paths if p.startswith("/tmp/") for q in Path(p).parents if str(q).startswith("/tmp/")})
+    return [x for d in dirs for x in ("--perms", "0755", "--dir", d)]
+
+
 def bwrap_command(spec: SandboxSpec, argv: Sequence[str], settings: SandboxSettings) -> tuple[list[str], list[int]]:
     """The bwrap argv that runs `argv` in the sandbox, and the pipe fds it reads (pass them, then close)."""
     if not argv:
@@ -258,8 +265,11 @@ def bwrap_command(spec: SandboxSpec, argv: Sequence[str], settings: SandboxSetti
         shm = min(settings.tmp_size_mb, SHM_MAX_MB)
         args += ["--perms", "1777", "--size", str(shm << 20), "--tmpfs", "/dev/shm"]
         args += ["--perms", "1777", "--size", str(settings.tmp_size_mb << 20), "--tmpfs", "/tmp"]
-        for p in python_paths(argv[0]):
+        pythons = python_paths(argv[0])
+        for p in pythons:
             _refuse_wide(p)
+        args += _tmp_parents(pythons)
+        for p in pythons:
             args += ["--ro-bind", p, p]
         if spec.gpu and settings.gpu != "off" or settings.gpu == "on":
             args += _gpu_mounts()
