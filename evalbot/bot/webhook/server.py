@@ -19,10 +19,11 @@ from evalbot.errors import ConfigError
 from evalbot.measure.hardening import make_undumpable
 from evalbot.settings import load_settings
 
-FD_RESERVE = 96  # descriptors kept for the ledger, the queue, the history, logging and an accept burst
+FD_RESERVE = 128  # descriptors kept for the ledger, the queue, the history, logging and accept bursts (96 let one
+# accept hit EMFILE on a loaded 2-core CI run: the over-limit connections closed in one loop turn free their fds in the next)
 # asyncio accepts up to `backlog` connections in one go before any of them is looked at: a small batch
 # keeps that burst inside FD_RESERVE, so a flood of connections never runs the process out of descriptors.
-ACCEPT_BACKLOG = FD_RESERVE // 3
+ACCEPT_BACKLOG = 32
 log = logging.getLogger("evalbot.serve")
 
 
