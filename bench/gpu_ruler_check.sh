@@ -9,6 +9,12 @@
 #   bash bench/gpu_ruler_check.sh score B    evalbot score --profile gpu --base main --head B
 # Every step writes what it printed, its wall time and its receipt to $OUT. Steps can be chained:
 #   bash bench/gpu_ruler_check.sh setup tools calibrate
+# .whl/ (ignored by git; carry it) is made here first, for the GPU box's Python 3.12:
+#   python -m pip download -d .whl --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 \
+#     pydantic pydantic-settings cryptography gguf python-dotenv structlog prometheus-client markdown-it-py
+#   rm .whl/numpy-*; (cd .whl && apt-get download bubblewrap)      # numpy is on the box already
+# and the model is staged with ../shared/tools/device-stage (three calls).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 TREE=$PWD
