@@ -101,9 +101,9 @@ def test_a_link_out_of_the_tree_fails_loudly(repo, tmp_path):
         export_tree(repo.path, repo.sha("main"), tmp_path, harness_rev=repo.sha("main"), patterns=_patterns(repo))
 
 
-def test_a_sandbox_runs_an_export(repo, tmp_path):
-    from evalbot.measure.proc import SandboxedProcess
-    from evalbot.measure.sandbox import SandboxSpec, SandboxUnavailable, check_sandbox
+def _require_sandbox() -> None:
+    """Skip where bubblewrap cannot run, unless CI demands the sandbox (DSPARK_REQUIRE_SANDBOX=1)."""
+    from evalbot.measure.sandbox import SandboxUnavailable, check_sandbox
     from evalbot.settings import SandboxSettings
 
     try:
@@ -112,6 +112,14 @@ def test_a_sandbox_runs_an_export(repo, tmp_path):
         if os.environ.get("DSPARK_REQUIRE_SANDBOX") == "1":
             raise
         pytest.skip(str(e))
+
+
+def test_a_sandbox_runs_an_export(repo, tmp_path):
+    from evalbot.measure.proc import SandboxedProcess
+    from evalbot.measure.sandbox import SandboxSpec
+    from evalbot.settings import SandboxSettings
+
+    _require_sandbox()
     dest = tmp_path / "exports" / "pr-1"
     export_tree(repo.path, repo.sha("main"), dest, harness_rev=repo.sha("main"), patterns=_patterns(repo),
                 exclude=["harness/prompts/*.txt"])
@@ -202,15 +210,10 @@ def test_an_interpreter_under_tmp_runs_in_the_sandbox(repo, tmp_path):
     """A CI checkout under /tmp has its venv there: the sandbox's /tmp is a fresh tmpfs, and the
     directories above the bound interpreter must be made in it, walkable by the sandbox user."""
     from evalbot.measure.proc import SandboxedProcess
-    from evalbot.measure.sandbox import SandboxSpec, SandboxUnavailable, check_sandbox
+    from evalbot.measure.sandbox import SandboxSpec
     from evalbot.settings import SandboxSettings
 
-    try:
-        check_sandbox(SandboxSettings())
-    except SandboxUnavailable as e:
-        if os.environ.get("DSPARK_REQUIRE_SANDBOX") == "1":
-            raise
-        pytest.skip(str(e))
+    _require_sandbox()
     if not str(tmp_path).startswith("/tmp/"):
         pytest.skip(f"pytest's temporary directory {tmp_path} is not under /tmp")
     bin_dir = tmp_path / "deep" / "venv" / "bin"
