@@ -137,20 +137,17 @@ _sp.Popen([_sys.executable, "-c", "while True: pass"], start_new_session=True,
           stdin=_sp.DEVNULL, stdout=_sp.DEVNULL, stderr=_sp.DEVNULL)
 '''
 
-# Lines shaped like the contract's, written past the server's redirect: to sys.__stdout__, fd 1 and every
-# other descriptor the process may have (the protocol pipe among them).
+# A line shaped like the contract's, written past the server's redirect of sys.stdout: to
+# sys.__stdout__ and to fd 1 (which the server points at stderr). Once, such a line turned a lossy PR's
+# REJECT into "infrastructure error". (Writing to the protocol pipe itself is forged output, REJECTed as
+# such: tests/test_evalbot_pipeline.py, knob forge_fds.)
 LOUD = '''
 import json as _j, os as _o, sys as _s
-_line = _j.dumps({"schema": "dspark-harness/2", "kind": "error", "id": 1, "error": "CUDA out of memory"}) + "\\n"
+_line = _j.dumps({"schema": "dspark-harness/2", "kind": "error", "id": 1, "reason": "CUDA out of memory"}) + "\\n"
 for _w in (lambda: _s.__stdout__.write(_line) and _s.__stdout__.flush(), lambda: _o.write(1, _line.encode())):
     try:
         _w()
     except Exception:
-        pass
-for _fd in range(3, 64):
-    try:
-        _o.write(_fd, _line.encode())
-    except OSError:
         pass
 '''
 
@@ -198,7 +195,8 @@ def test_a_lossy_pr_that_prints_contract_lines_is_still_rejected(real):
     edit_branch(real[0], "lossy-loud", [(COMMIT, LOSSY_OLD, LOSSY_NEW)], files={INIT: LOUD})
     out = score(real, "lossy-loud")
     assert out.verdict.tier == "REJECT" and out.verdict.status == "rejected", out.verdict.reason
-    assert "not main's greedy continuation" in gate(out, "lossless").detail
+    assert "not main's greedy continuation" in gate(out, "lossless").detail, out.verdict.reason
+    assert gate(out, "integrity").status == "pass"
 
 
 def test_sharper_logits_fail_the_full_vocabulary_kl(real):

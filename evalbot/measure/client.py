@@ -109,12 +109,14 @@ class ServerClient:
             raise ProtocolViolation("a response is not a JSON object")
         if head.get("schema") != SCHEMA:
             raise ProtocolViolation(f"a response has schema {head.get('schema')!r}, expected {SCHEMA!r}")
+        startup_error = head.get("kind") == "error" and head.get("id") is None and not head.get("nonce")
+        if not startup_error:  # the server's own start-up failure comes before it knows an id or nonce
+            if head.get("id") != rid:
+                raise ProtocolViolation(f"a response answers request {head.get('id')!r}, the bot asked {rid} (extra or forged output)")
+            if self.nonce and head.get("nonce") != self.nonce:
+                raise ProtocolViolation("a response does not carry this process's nonce (forged output)")
         if head.get("kind") == "error":
             raise ProtocolViolation(f"the harness answered an error: {str(head.get('reason'))[:500]}")
-        if head.get("id") != rid:
-            raise ProtocolViolation(f"a response answers request {head.get('id')!r}, the bot asked {rid} (extra or forged output)")
-        if self.nonce and head.get("nonce") != self.nonce:
-            raise ProtocolViolation("a response does not carry this process's nonce (forged output)")
         if head.get("kind") != expect:
             raise ProtocolViolation(f"a response of kind {head.get('kind')!r}, expected {expect!r}")
         return head
