@@ -59,7 +59,8 @@ def real(tmp_path_factory):
 
 def settings(model: Path, **kw) -> Settings:
     # The noise floor: uncalibrated, 10 %, as the fake-engine pipeline tests use. Whatever these PRs
-    # try is meant to win 20 % and more, and the planted delay below is worth about 30 %.
+    # try is meant to win 20 % and more, and the planted delay below is worth more than 50 %.
+    # (A/A scorings of this tiny model on two cores stray up to about ±10 %.)
     return Settings.model_validate({
         "box": "test-box", "stats": {"default_noise_floor": 0.10},
         "thresholds": {"min_compare_positions": 64}, "profiles": {"cpu": TINY_REAL_PROFILE},
@@ -161,9 +162,9 @@ SHARPER_NEW = SHARPER_OLD + "        self.lm_head = self.lm_head * 1.3\n"
 
 # A per-iteration delay planted in main's DSpark loop; the PR that removes it is genuinely faster.
 DELAY_CHUNK_OLD = "            g.fused_chunk(k)()\n"
-DELAY_CHUNK_NEW = DELAY_CHUNK_OLD + "            time.sleep(0.004 * k)  # planted\n"
+DELAY_CHUNK_NEW = DELAY_CHUNK_OLD + "            time.sleep(0.008 * k)  # planted\n"
 DELAY_PLAIN_OLD = "                plain += n\n"
-DELAY_PLAIN_NEW = DELAY_PLAIN_OLD + "                time.sleep(0.004 * n)  # planted\n"
+DELAY_PLAIN_NEW = DELAY_PLAIN_OLD + "                time.sleep(0.008 * n)  # planted\n"
 
 
 # -- issue 11: figures the PR cannot fake ------------------------------------------------------------
@@ -247,6 +248,7 @@ for path in paths:
 for where, data in places:
     if any(n in data for n in NEEDLES):
         _found(where)
+del places
 
 # 2. write outside its tree: the bot's checkout, hooks, config, ledger, caches, its own tree
 for path in TARGETS + [os.path.join(os.getcwd(), "engine", "planted.py"), os.path.expanduser("~/.cache/triton/planted")]:
@@ -348,9 +350,13 @@ def test_a_hostile_pr_finds_nothing_changes_nothing_and_leaves_nothing(real, tmp
         stop.set()
         listener.close()
         home_key.unlink()
-    # it found no secret (it would have exited, naming the place: a crash, REJECT), and was scored
-    assert out.verdict.status == "scored", out.verdict.reason
-    assert out.verdict.tier == "none" and out.scorecard
+    # it found no secret (it would have exited, naming the place: the PR's process failing, REJECT) and
+    # was measured to the end: no tier, a scorecard. (Its import does a lot; a speed gate may REJECT it.)
+    assert out.scorecard and out.measurements.rounds == ROUNDS, out.verdict.reason
+    assert out.verdict.tier in ("none", "REJECT"), out.verdict.tier
+    assert {g.gate for g in out.verdict.gates if g.status == "fail"} <= {"ar"} | {g.gate for g in out.verdict.gates
+                                                                            if g.gate.startswith("guard")}, out.verdict.reason
+    assert gate(out, "integrity").status == "pass" and gate(out, "lossless").status == "pass"
     # it changed nothing of the bot's (the receipt and logs the bot itself wrote aside)
     assert after == before
     assert _tree_state(repo) == tree_before
