@@ -58,11 +58,11 @@ def real(tmp_path_factory):
 
 
 def settings(model: Path, **kw) -> Settings:
-    # The noise floor: uncalibrated, 10 %, as the fake-engine pipeline tests use. Whatever these PRs
-    # try is meant to win 20 % and more, and the planted delay below is worth more than 50 %.
-    # (A/A scorings of this tiny model on two cores stray up to about ±10 %.)
+    # The noise floor: uncalibrated, 15 %. A/A scorings of this tiny model on a two-core VM stray up to
+    # about ±14 % (the box's speed drifts by that much within one process, and processes differ).
+    # Whatever these PRs try is meant to win 20 % and more; the planted delay below is worth over 50 %.
     return Settings.model_validate({
-        "box": "test-box", "stats": {"default_noise_floor": 0.10},
+        "box": "test-box", "stats": {"default_noise_floor": 0.15},
         "thresholds": {"min_compare_positions": 64}, "profiles": {"cpu": TINY_REAL_PROFILE},
         "harness": {"model": str(model)}, **kw})
 
@@ -218,7 +218,7 @@ def test_removing_a_planted_delay_is_a_real_speedup_that_tiers(real):
     out = score(real, "no-delay", base="slow-main")
     assert out.verdict.status == "scored", out.verdict.reason
     assert out.verdict.tier not in ("none", "REJECT"), (out.verdict.tier, out.verdict.reason)
-    assert out.verdict.speedup.ci_low_pct > 10, (out.verdict.speedup, out.scorecard)
+    assert out.verdict.speedup.ci_low_pct > 15, (out.verdict.speedup, out.scorecard)
     assert all(g.status == "pass" for g in out.verdict.gates)
 
 
