@@ -2,11 +2,13 @@
 # The bot's own ruler on the GPU box, with the staged bundled model (../shared/tools/device-stage):
 #   bash bench/gpu_ruler_check.sh setup      wheels (.whl/: pydantic, cryptography, gguf, ...) and bubblewrap
 #                                            (.whl/bubblewrap_*.deb, unpacked); the model in the model cache;
-#                                            a scratch repo /root/scr (main = this tree plus a planted GPU
-#                                            stall in the drafter pass; branches noop and unstall)
+#                                            a scratch repo /root/scr (main = this tree plus a planted
+#                                            host stall per DSpark device-loop launch; branches noop,
+#                                            unstall and stall-<f>, a fraction f of it left)
 #   bash bench/gpu_ruler_check.sh tools      harness.tau_check and harness.guard (gpu profile)
 #   bash bench/gpu_ruler_check.sh calibrate  evalbot calibrate --profile gpu on main (A/A)
 #   bash bench/gpu_ruler_check.sh score B    evalbot score --profile gpu --base main --head B
+#   bash bench/gpu_ruler_check.sh budget S   the --budget of the steps after it (default: the profile's)
 # Every step writes what it printed, its wall time and its receipt to $OUT. Steps can be chained:
 #   bash bench/gpu_ruler_check.sh setup tools calibrate
 # .whl/ (ignored by git; carry it) is made here first, for the GPU box's Python 3.12:
@@ -20,7 +22,8 @@ cd "$(dirname "$0")/.."
 TREE=$PWD
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 SCR=/root/scr
-STALL_CYCLES=${STALL_CYCLES:-300000}  # torch.cuda._sleep cycles per drafter pass (~150 us at ~2 GHz)
+STALL_MS=${STALL_MS:-2.0}  # planted host stall per device-loop launch (main)
+PARTIALS=${PARTIALS:-0.5 0.8}  # branches stall-0.5, stall-0.8: a fraction of it left
 export EVALBOT_BOX=${EVALBOT_BOX:-h200-device} PYTHONUNBUFFERED=1
 
 model() { bash .devstage/stage.sh | sed -n 's/^MODEL_PATH=//p'; }
@@ -56,18 +59,29 @@ setup() {
   cd "$SCR"
   git init -q -b main && git config user.email bot@example.invalid && git config user.name bot
   git add -A && git commit -qm "the tree as carried"
-  python3 - "$STALL_CYCLES" <<'PY'
+  # main: a host stall of STALL_MS after each device-loop launch's one synchronisation (after it, so the
+  # GPU cannot hide it: a sleep before the sync overlaps the launch's own GPU work). Branches: noop (docs),
+  # unstall (no stall: the genuine speedup), and stall-<f> (the stall times f, f in PARTIALS: a smaller
+  # genuine speedup).
+  plant() {  # plant MS
+    python3 - "$1" <<'PY'
 import sys
-p = "engine/dspark/drafter.py"
+p = "engine/dspark/speculate.py"
 s = open(p).read()
-anchor = "    def draft(self) -> None:\n        ops, c = self.ops, self.c\n        io = self.step_io\n"
-assert anchor in s, "drafter.draft changed: update the planted stall"
-s = s.replace(anchor, anchor + f"        if io.tokens.is_cuda:  # planted: a GPU stall in every drafter pass\n            torch.cuda._sleep({sys.argv[1]})\n")
+anchor = "            hist = g.hist.tolist()  # the launch's one synchronisation\n"
+assert s.count(anchor) == 1, "the device loop changed: update the planted stall"
+s = s.replace(anchor, anchor + f"            time.sleep({float(sys.argv[1]) / 1000!r})  # planted host stall\n")
 open(p, "w").write(s)
 PY
-  git commit -qam "main: a planted GPU stall in the drafter pass"
+  }
+  plant "$STALL_MS"
+  git commit -qam "main: a planted ${STALL_MS} ms host stall per device-loop launch"
   git checkout -qb noop && echo "a docs change" >> README.md && git commit -qam "no-op: docs only" && git checkout -q main
-  git checkout -qb unstall && git revert --no-edit HEAD >/dev/null && git checkout -q main
+  git checkout -qb unstall && git checkout -q HEAD~1 -- engine/dspark/speculate.py && git commit -qam "unstall" && git checkout -q main
+  for f in $PARTIALS; do
+    git checkout -qb "stall-$f" && git checkout -q HEAD~1 -- engine/dspark/speculate.py
+    plant "$(python3 -c "print($STALL_MS * $f)")" && git commit -qam "stall x$f" && git checkout -q main
+  done
   git log --oneline --all | head
   cd "$TREE"
 }
@@ -102,6 +116,7 @@ while [ $# -gt 0 ]; do
     tools) tools ;;
     calibrate) calibrate ;;
     score) shift; score "$1" ;;
+    budget) shift; BUDGET=$1 ;;  # the budget (s) of the steps that follow
     *) echo "unknown step $1"; exit 2 ;;
   esac
   shift
