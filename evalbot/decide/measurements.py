@@ -117,6 +117,13 @@ class Measurements(BaseModel):
     wall_s: float = 0.0
     noise: NoiseFloor
 
+    def speedup_processes(self) -> tuple[list[int], list[int]]:
+        """Main's process and the PR's process of each round in `speedup_rounds` (same order)."""
+        rs = [r for r in self.round_summaries if r.dspark_ratio is not None]
+        if len(rs) != len(self.speedup_rounds):
+            raise ValueError("round summaries and speedup rounds disagree")
+        return [r.main_process for r in rs], [r.pr_process for r in rs]
+
 
 def _med(values: Sequence[float]) -> float | None:
     return median(values) if values else None

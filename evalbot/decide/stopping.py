@@ -11,15 +11,16 @@ from __future__ import annotations
 
 from evalbot.decide.gates import gate_integrity
 from evalbot.decide.measurements import Measurements
-from evalbot.decide.stats import cluster_bootstrap_ci
+from evalbot.decide.stats import crossed_bootstrap_ci
 from evalbot.decide.tiers import band_for
 from evalbot.settings import ScoringSettings
 
 
-def _ci(values: list[float], groups: list[int], settings: ScoringSettings) -> tuple[float, float]:
+def _ci(m: Measurements, settings: ScoringSettings) -> tuple[float, float]:
     st = settings.stats
-    return cluster_bootstrap_ci(values, groups, resamples=min(st.bootstrap_resamples, 500), seed=st.bootstrap_seed,
-                                confidence=st.confidence)
+    mains, prs = m.speedup_processes()
+    return crossed_bootstrap_ci(m.speedup_rounds, mains, prs, resamples=min(st.bootstrap_resamples, 500),
+                                seed=st.bootstrap_seed, confidence=st.confidence)
 
 
 def final(m: Measurements) -> str | None:
@@ -39,7 +40,7 @@ def decided(m: Measurements, settings: ScoringSettings) -> tuple[bool, str]:
         return True, why
     if len(m.speedup_rounds) < 2:
         return False, "too few rounds for an interval"
-    lo, hi = _ci(m.speedup_rounds, m.speedup_groups, settings)
+    lo, hi = _ci(m, settings)
     lo_pct, hi_pct = (lo - 1) * 100, (hi - 1) * 100
     floor_pct = m.noise.dspark_decode * 100
     lowest = tiers.bands[0].min_pct

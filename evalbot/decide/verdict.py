@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 
 from evalbot.decide.gates import GateResult, evaluate
 from evalbot.decide.measurements import Measurements
-from evalbot.decide.stats import cluster_bootstrap_ci, median
+from evalbot.decide.stats import crossed_bootstrap_ci, median
 from evalbot.decide.tiers import tier_for
 from evalbot.settings import ScoringSettings
 
@@ -66,8 +66,9 @@ def compute_speedup(m: Measurements, settings: ScoringSettings) -> Speedup | Non
     ratio = median(m.speedup_rounds)
     lo = hi = None
     if len(m.speedup_rounds) >= 2:
-        lo_r, hi_r = cluster_bootstrap_ci(
-            m.speedup_rounds, m.speedup_groups, resamples=st.bootstrap_resamples, seed=st.bootstrap_seed,
+        mains, prs = m.speedup_processes()
+        lo_r, hi_r = crossed_bootstrap_ci(
+            m.speedup_rounds, mains, prs, resamples=st.bootstrap_resamples, seed=st.bootstrap_seed,
             confidence=st.confidence,
         )
         lo, hi = (lo_r - 1) * 100, (hi_r - 1) * 100
