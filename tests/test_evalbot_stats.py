@@ -43,7 +43,7 @@ def test_a_process_that_is_fast_all_along_moves_as_one_unit():
     v = [1.06 if p == 2 else 1.0 for p in prs]
     lo, hi = stats.crossed_bootstrap_ci(v, mains, prs)
     assert lo == pytest.approx(1.0) and hi == pytest.approx(1.06)
-    flat = stats.crossed_bootstrap_ci(v, list(range(18)), [0] * 18)  # every round a process of its own
+    flat = stats.crossed_bootstrap_ci(v, list(range(18)), list(range(18)))  # every round processes of its own
     assert flat[1] - flat[0] <= hi - lo
 
 
@@ -60,7 +60,7 @@ def test_the_h200_aa_scoring_includes_zero_when_processes_are_resampled():
     mains, prs, v = zip(*H200_AA)
     lo, hi = stats.crossed_bootstrap_ci(list(v), list(mains), list(prs), resamples=2000, seed=20240229)
     assert lo < 1.0 < hi
-    assert hi - lo > 0.05
+    assert hi - lo > 0.04
 
 
 def test_bootstrap_argument_errors():

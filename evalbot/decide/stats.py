@@ -46,11 +46,13 @@ def crossed_bootstrap_ci(
     round) was measured by one of main's processes (`rows`) and one of the PR's (`cols`), and every
     process took part in several rounds. Both sets of processes are samples: another scoring starts
     other processes. So a resample draws main's processes with replacement and the PR's processes with
-    replacement, independently (the pigeonhole bootstrap, Owen 2007), and weighs each round by how
-    often its two processes were drawn, times a Poisson(1) draw for the round itself. The median is
-    the weighted one. A process that is fast or slow for the whole scoring widens the interval as it
-    should; resampling pairings as if they were independent (nine pairings share three processes a
-    side) gave intervals that excluded zero on identical code on the H200 (docs/perf.md)."""
+    replacement, independently, and counts each round as often as the product of its two processes'
+    draws (the pigeonhole bootstrap, Owen 2007, "The pigeonhole bootstrap", Ann. Appl. Stat.); the
+    median is the weighted one. A process that is fast or slow for the whole scoring widens the
+    interval as it should. Resampling the pairings as if they were independent (nine pairings share
+    three processes a side) gave an interval that excluded zero on identical code on the H200
+    (docs/perf.md). A side with a single process cannot be resampled: with one on both sides the
+    rounds themselves are resampled (a plain bootstrap), with one on one side the other side's."""
     if not values:
         raise ValueError("bootstrap of no values")
     if not len(values) == len(rows) == len(cols):
@@ -62,17 +64,25 @@ def crossed_bootstrap_ci(
         return float(data[0]), float(data[0])
     order = np.argsort(data, kind="stable")
     data = data[order]
-    r_lab, r_idx = np.unique(np.asarray(rows)[order], return_inverse=True)
-    c_lab, c_idx = np.unique(np.asarray(cols)[order], return_inverse=True)
     rng = np.random.default_rng(seed)
-    r_w = np.stack([np.bincount(d, minlength=len(r_lab)) for d in rng.integers(0, len(r_lab), (resamples, len(r_lab)))])
-    c_w = np.stack([np.bincount(d, minlength=len(c_lab)) for d in rng.integers(0, len(c_lab), (resamples, len(c_lab)))])
-    w = r_w[:, r_idx] * c_w[:, c_idx] * rng.poisson(1.0, (resamples, len(data)))
+
+    def draws(labels: np.ndarray) -> np.ndarray:  # [resamples, len(data)]: how often each value's unit was drawn
+        lab, idx = np.unique(labels, return_inverse=True)
+        picks = rng.integers(0, len(lab), (resamples, len(lab)))
+        counts = np.stack([np.bincount(p, minlength=len(lab)) for p in picks])
+        return counts[:, idx]
+
+    r, c = np.asarray(rows)[order], np.asarray(cols)[order]
+    multi_r, multi_c = len(set(r.tolist())) > 1, len(set(c.tolist())) > 1
+    if multi_r or multi_c:
+        w = (draws(r) if multi_r else 1) * (draws(c) if multi_c else 1)
+    else:
+        w = draws(np.arange(len(data)))
+    w = np.broadcast_to(w, (resamples, len(data)))
     total = w.sum(axis=1)
-    keep = total > 0
-    cum = np.cumsum(w[keep], axis=1)
-    half = total[keep][:, None] / 2.0
-    lo_i = np.argmax(cum >= half, axis=1)  # the weighted median: lower and upper middle, averaged
+    cum = np.cumsum(w, axis=1)
+    half = total[:, None] / 2.0
+    lo_i = np.argmax(cum >= half, axis=1)  # the weighted median: the two middle values, averaged
     hi_i = np.argmax(cum > half, axis=1)
     medians = (data[lo_i] + data[hi_i]) / 2.0
     alpha = (1.0 - confidence) / 2.0

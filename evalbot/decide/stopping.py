@@ -16,11 +16,15 @@ from evalbot.decide.tiers import band_for
 from evalbot.settings import ScoringSettings
 
 
-def _ci(m: Measurements, settings: ScoringSettings) -> tuple[float, float]:
+def _ci(values: list[float], mains: list[int], prs: list[int], settings: ScoringSettings) -> tuple[float, float]:
     st = settings.stats
-    mains, prs = m.speedup_processes()
-    return crossed_bootstrap_ci(m.speedup_rounds, mains, prs, resamples=min(st.bootstrap_resamples, 500),
+    return crossed_bootstrap_ci(values, mains, prs, resamples=min(st.bootstrap_resamples, 500),
                                 seed=st.bootstrap_seed, confidence=st.confidence)
+
+
+def _rounds_ci(values: list[float], settings: ScoringSettings) -> tuple[float, float]:
+    """Rounds resampled on their own (the AR and guard bars: a quick "is it settled" only)."""
+    return _ci(values, list(range(len(values))), [0] * len(values), settings)
 
 
 def final(m: Measurements) -> str | None:
@@ -40,7 +44,7 @@ def decided(m: Measurements, settings: ScoringSettings) -> tuple[bool, str]:
         return True, why
     if len(m.speedup_rounds) < 2:
         return False, "too few rounds for an interval"
-    lo, hi = _ci(m, settings)
+    lo, hi = _ci(m.speedup_rounds, *m.speedup_processes(), settings)
     lo_pct, hi_pct = (lo - 1) * 100, (hi - 1) * 100
     floor_pct = m.noise.dspark_decode * 100
     lowest = tiers.bands[0].min_pct
@@ -49,13 +53,13 @@ def decided(m: Measurements, settings: ScoringSettings) -> tuple[bool, str]:
         return False, f"DSpark speedup CI {lo_pct:+.1f}% … {hi_pct:+.1f}% spans more than one tier"
     for c in m.cells:
         bar = th.ar_ratio_min - m.noise.ar_decode
-        a, b = _ci(c.ar_ratios, list(range(len(c.ar_ratios))), settings) if len(c.ar_ratios) >= 2 else (0.0, 2.0)
+        a, b = _rounds_ci(c.ar_ratios, settings) if len(c.ar_ratios) >= 2 else (0.0, 2.0)
         if a < bar < b:
             return False, f"AR {c.name}: CI {a:.3f}× … {b:.3f}× straddles the bar {bar:.3f}×"
     for g in m.guards:
         for ratios, bar in ((g.generation_ratios, th.guard_decode_ratio_min - m.noise.guard_decode),
                             (g.prefill_ratios, th.guard_prefill_ratio_min - m.noise.guard_prefill)):
-            a, b = _ci(ratios, list(range(len(ratios))), settings) if len(ratios) >= 2 else (0.0, 2.0)
+            a, b = _rounds_ci(ratios, settings) if len(ratios) >= 2 else (0.0, 2.0)
             if a < bar < b:
                 return False, f"guard {g.guard}: CI {a:.3f}× … {b:.3f}× straddles the bar {bar:.3f}×"
     return True, f"DSpark speedup CI {lo_pct:+.1f}% … {hi_pct:+.1f}% within one tier, every speed gate clear"
