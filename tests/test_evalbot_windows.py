@@ -41,3 +41,25 @@ def test_exhaustion_is_a_clear_error_and_capacity_says_so_before():
             w.take("c", 200)
     with pytest.raises(KeyError, match="unknown corpus"):
         w.take("nope", 10)
+
+
+def test_a_window_at_the_end_of_a_stretch_is_still_exactly_as_long_as_asked():
+    """The last valid start of a free stretch [a, b) is b - need: a window starting one later was one
+    token short at the corpus end (and overlapped the next claim elsewhere)."""
+    for seed in range(50):
+        w = WindowAllocator({"c": list(range(10))}, seed, 0)
+        assert len(w.take("c", 10).ids) == 10
+        with pytest.raises(CorpusExhausted):
+            w.take("c", 1)
+
+
+def test_a_round_takes_all_its_windows_or_none():
+    w = WindowAllocator({"c": list(range(3000))}, 4, 100)
+    got = w.take_many("c", [200, 1000, 500], ["m", "p"])
+    assert [x.length for x in got] == [200, 1000, 500]  # in the order asked, placed longest first
+    assert disjoint(spans(got, 100))
+    before = (dict(w.free), len(w.taken))
+    with pytest.raises(CorpusExhausted):
+        w.take_many("c", [200, 1000, 1000], ["m", "p"])  # the first two would fit, the third does not
+    assert (dict(w.free), len(w.taken)) == before  # nothing was claimed
+    assert w.take_many("c", [200], ["m"])[0].length == 200  # and the allocator goes on

@@ -212,6 +212,19 @@ class Campaign:
         if errors:
             raise errors[0]
 
+    def _round_windows(self, viewers: Sequence[str]) -> dict[tuple[Cell, str], Window] | str:
+        """Every window of a round (each cell, DSpark and AR) for its pair of processes, taken before
+        anything is sent: all of them, or none and the name of the corpus that has no room left."""
+        out: dict[tuple[Cell, str], Window] = {}
+        for corpus in dict.fromkeys(c.corpus for c in self.plan.cells):
+            keys = [(cell, mode) for cell in self.plan.cells if cell.corpus == corpus for mode in ("dspark", "ar")]
+            try:
+                got = self.windows.take_many(corpus, [cell.ctx for cell, _ in keys], viewers)
+            except CorpusExhausted:
+                return corpus
+            out.update(zip(keys, got))
+        return out
+
     def _take(self, cell: Cell, viewers: Sequence[str]) -> Window:
         try:
             return self.windows.take(cell.corpus, cell.ctx, viewers)
@@ -261,11 +274,16 @@ class Campaign:
             ts = time.monotonic()
             pi = rnd % len(self._pairings())
             m, h = self._pair(rnd)
+            windows = self._round_windows([m.label, h.label])
+            if isinstance(windows, str):
+                self.records.stop = StopReason(rounds=rnd, reason="corpus",
+                                               detail=f"no unseen {windows} windows left for another round of {m.label} and {h.label}")
+                return
             self.progress(f"round {rnd + 1}: main process {m.index + 1} vs PR process {h.index + 1}")
             k = 0
             for cell in self.plan.cells:
                 for mode in ("dspark", "ar"):
-                    w = self._take(cell, [m.label, h.label])
+                    w = windows[(cell, mode)]
                     first, second = (m, h) if (rnd + k) % 2 == 0 else (h, m)
                     k += 1
                     for p in (first, second):
@@ -284,12 +302,6 @@ class Campaign:
     def _why_stop(self, rnd: int, t0: float, round_s: list[float]) -> tuple[str, str] | None:
         if rnd >= self.plan.max_rounds:
             return ("max rounds", f"{rnd} rounds, the profile's maximum")
-        m, h = self._pair(rnd)
-        for corpus in {c.corpus for c in self.plan.cells}:
-            longest = max(c.ctx for c in self.plan.cells if c.corpus == corpus)
-            need = 2 * sum(1 for c in self.plan.cells if c.corpus == corpus)
-            if self.windows.capacity(corpus, longest, [m.label, h.label]) < need:
-                return ("corpus", f"no unseen {corpus} windows left for another round of {m.label} and {h.label}")
         if rnd > 0:
             stop, detail, final = self.stop_rule(self.records)
             if stop and (final or rnd >= self.plan.min_rounds):

@@ -68,7 +68,7 @@ class WindowAllocator:
             raise ValueError("a window needs at least one token")
         free = self._common(corpus, viewers)
         need = length + self.shadow
-        starts = [(a, b - need + 1) for a, b in free if b - a >= need]  # valid start ranges [a, last]
+        starts = [(a, b - need) for a, b in free if b - a >= need]  # valid start ranges [a, last]: end <= b
         total = sum(last - a + 1 for a, last in starts)
         if total == 0:
             raise CorpusExhausted(f"corpus {corpus!r} has no unclaimed stretch of {need} tokens left")
@@ -84,6 +84,23 @@ class WindowAllocator:
         window = Window(corpus, start, length, tuple(self.corpora[corpus][start : start + length]))
         self.taken.append(window)
         return window
+
+    def take_many(self, corpus: str, lengths: Sequence[int], viewers: Sequence[Viewer] = ("all",)) -> list[Window]:
+        """Windows of every length in `lengths` for `viewers`, all or none: the longest are placed first
+        (what is left then fits the shorter ones best), and if one does not fit, nothing is claimed and
+        CorpusExhausted is raised. Returned in the order of `lengths`."""
+        free = {k: list(v) for k, v in self.free.items()}
+        n_taken, state = len(self.taken), self.rng.getstate()
+        order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+        out: dict[int, Window] = {}
+        try:
+            for i in order:
+                out[i] = self.take(corpus, lengths[i], viewers)
+        except CorpusExhausted:
+            self.free, self.taken[n_taken:] = free, []
+            self.rng.setstate(state)
+            raise
+        return [out[i] for i in range(len(lengths))]
 
     def _free(self, viewer: Viewer, corpus: str) -> list[tuple[int, int]]:
         if corpus not in self.corpora:
