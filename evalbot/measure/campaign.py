@@ -16,7 +16,6 @@ until no other context keeps the GPU busy (`GpuContention`).
 
 from __future__ import annotations
 
-import os
 import random
 import secrets
 import threading
@@ -32,6 +31,7 @@ from evalbot.decide.records import (Finding, Generation, ProcessInfo, Records, R
 from evalbot.measure.client import ProtocolViolation, Response
 from evalbot.measure.plan import Cell, GuardPlan, Plan
 from evalbot.measure.servers import Failure, Process, Spawner, failure, start_servers
+from evalbot.measure.device import cpu_cores
 from evalbot.measure.windows import CorpusExhausted, Window, WindowAllocator
 
 
@@ -187,7 +187,7 @@ class Campaign:
 
         # As many at once as the box has cores for: each server computes with several threads, and on
         # two cores four processes warming together spin against each other (38 s instead of 6 s).
-        slots = threading.Semaphore(max(1, _cores() // 4))
+        slots = threading.Semaphore(max(1, cpu_cores() // 4))
 
         def warm(p: Process, work) -> None:
             with slots:
@@ -344,10 +344,3 @@ class Campaign:
 
 def _num(v) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1

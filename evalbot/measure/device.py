@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from evalbot.settings import ScoringSettings
 
 
@@ -17,3 +19,11 @@ def default_profile() -> str:
 def profile_for(settings: ScoringSettings, requested: str | None = None) -> str:
     """The profile to run: the one asked for, else the configured one, else this box's default."""
     return requested or settings.profile or default_profile()
+
+
+def cpu_cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
