@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from evalbot import pipeline
-from evalbot.measure.sandbox import SandboxUnavailable, check_sandbox
-from evalbot.settings import SandboxSettings, Settings
+from evalbot.settings import Settings
+from evalbot.testing.sandbox_check import sandbox_unavailable
 
 from evalbot.testing.tiny_real import TINY_REAL_PROFILE, edit_branch, make_tiny_real_repo
 
@@ -33,17 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 ROUNDS = 4  # one round per pairing of the two processes per ref
 
 
-def _sandbox_works() -> str | None:
-    try:
-        check_sandbox(SandboxSettings())
-        return None
-    except SandboxUnavailable as e:
-        return str(e)
-
-
-UNAVAILABLE = _sandbox_works()
-if UNAVAILABLE and os.environ.get("DSPARK_REQUIRE_SANDBOX") == "1":
-    raise RuntimeError(f"DSPARK_REQUIRE_SANDBOX=1 but the sandbox cannot run here: {UNAVAILABLE}")
+UNAVAILABLE = sandbox_unavailable()
 # these PRs are hostile: they run sandboxed or not at all
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(UNAVAILABLE is not None, reason=f"no sandbox here: {UNAVAILABLE}")]
 

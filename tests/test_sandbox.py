@@ -35,24 +35,14 @@ from evalbot.measure.sandbox import (
     check_sandbox,
 )
 from evalbot.settings import SandboxSettings
+from evalbot.testing.sandbox_check import sandbox_unavailable
 
 ROOT = os.geteuid() == 0
 MARKER = "evalbot-test-secret-3f9c"  # in the bot's environment and files; never inside
-REQUIRED = os.environ.get("DSPARK_REQUIRE_SANDBOX") == "1"
 FREEZERS = available_freezers()
 
 
-def _sandbox_works() -> str | None:
-    try:
-        check_sandbox(SandboxSettings())
-        return None
-    except SandboxUnavailable as e:
-        return str(e)
-
-
-UNAVAILABLE = _sandbox_works()
-if UNAVAILABLE and REQUIRED:
-    raise RuntimeError(f"DSPARK_REQUIRE_SANDBOX=1 but the sandbox cannot run here: {UNAVAILABLE}")
+UNAVAILABLE = sandbox_unavailable()
 pytestmark = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"no sandbox here: {UNAVAILABLE}")
 
 

@@ -103,15 +103,11 @@ def test_a_link_out_of_the_tree_fails_loudly(repo, tmp_path):
 
 def _require_sandbox() -> None:
     """Skip where bubblewrap cannot run, unless CI demands the sandbox (DSPARK_REQUIRE_SANDBOX=1)."""
-    from evalbot.measure.sandbox import SandboxUnavailable, check_sandbox
-    from evalbot.settings import SandboxSettings
+    from evalbot.testing.sandbox_check import sandbox_unavailable
 
-    try:
-        check_sandbox(SandboxSettings())
-    except SandboxUnavailable as e:
-        if os.environ.get("DSPARK_REQUIRE_SANDBOX") == "1":
-            raise
-        pytest.skip(str(e))
+    why = sandbox_unavailable()
+    if why:
+        pytest.skip(why)
 
 
 def test_a_sandbox_runs_an_export(repo, tmp_path):
