@@ -135,9 +135,13 @@ class Engine:
         """Fills the cache with the prompt. Returns (last-position logits [V], captured residuals, seconds)."""
         self.sync()
         t0 = time.perf_counter()
-        tokens = torch.tensor([prompt_ids], dtype=torch.int64, device=self.device)
         with torch.inference_mode():
-            logits, captured = self.model.forward_full(tokens, session.cache, 0, session.capture_layers, logits="last")
+            graph = session.prefill_graph(len(prompt_ids))
+            if graph is not None:
+                logits, captured = graph(prompt_ids)
+            else:
+                tokens = torch.tensor([prompt_ids], dtype=torch.int64, device=self.device)
+                logits, captured = self.model.forward_full(tokens, session.cache, 0, session.capture_layers, logits="last")
         self.sync()
         return logits[0, -1], captured, time.perf_counter() - t0
 

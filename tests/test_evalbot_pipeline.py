@@ -137,8 +137,8 @@ def test_main_crashing_is_an_infrastructure_error(repo):
 
 
 def test_a_hanging_pr_times_out_as_its_own_failure(repo):
-    # past the warm-up (two corpora x one context x AR and DSpark, one guard): a timed request hangs
-    repo.branch("hang", knobs={"hang": "generate", "fault_after": 5})
+    # past the warm-up (two corpora x one context x AR and DSpark, one guard twice): a timed request hangs
+    repo.branch("hang", knobs={"hang": "generate", "fault_after": 6})
     out = score(repo, "hang", settings=settings(profile={"request_timeout_s": 3}))
     assert out.verdict.status == "rejected" and "within 3 s" in gate(out, "integrity").detail
 

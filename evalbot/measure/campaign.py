@@ -179,9 +179,10 @@ class Campaign:
         for p in self._all():
             work = [(cell, mode, self._take(cell, [p.label]), self.plan.new_tokens, "main")
                     for cell in self.plan.cells for mode in ("ar", "dspark")]
-            for g in self.plan.guards:
-                w = self._guard_prompt(g)
-                work.append((Cell(w.corpus, g.ctx), "ar", w, g.new_tokens, f"guard:{g.name}"))
+            for g in self.plan.guards:  # twice: an engine may capture a prompt length on its second sight
+                for _ in range(2):
+                    w = self._guard_prompt(g)
+                    work.append((Cell(w.corpus, g.ctx), "ar", w, g.new_tokens, f"guard:{g.name}"))
             jobs[p.label] = (p, work)
         errors: list[Failure] = []
 

@@ -102,3 +102,46 @@ def test_drafter_passes_never_synchronise_and_replay_as_graphs(engine):
     assert torch.equal(rt.drafts, eager[0]) and torch.equal(rt.depth, eager[1])
     assert torch.equal(rt.base_logits, eager[2])
     assert torch.equal(s.io.tokens[1 : 1 + files.config.proposals], rt.drafts)
+
+
+@pytest.mark.parametrize("ctx", (1024, 7936))
+def test_captured_prefill_computes_what_the_eager_prefill_computes(engine, loaded, ctx):
+    """A prompt length is captured on its second sight: the third prefill replays the graph. Logits,
+    captured residuals and the KV cache it leaves are bit-identical to the eager prefill's, and the
+    graph's sync-free (every later request of that length replays it)."""
+    from engine.session import PrefillGraph
+
+    eager = Engine(loaded=loaded, device="cuda", cuda_graphs=False)
+    v = engine.config.vocab_size
+    s = engine.session(ctx, 16, capture_layers=(2, 15, 28))
+    e = eager.session(ctx, 16, capture_layers=s.capture_layers)
+    s._prefills.pop(ctx, None)
+    s._prefill_seen.discard(ctx)
+    for seed in (1, 2, 3):
+        ids = random_ids(ctx, v, seed=ctx + 100 * seed)
+        got_logits, got_caps, _ = engine.prefill(s, ids)
+        got_logits, got_caps = got_logits.clone(), [c.clone() for c in got_caps]
+        want_logits, want_caps, _ = eager.prefill(e, ids)
+        assert torch.equal(got_logits, want_logits), f"prefill {seed} of {ctx} tokens: logits differ"
+        assert all(torch.equal(a, b) for a, b in zip(got_caps, want_caps)), "captured residuals differ"
+        assert torch.equal(s.cache.k[:, :, :, :ctx], e.cache.k[:, :, :, :ctx]), "the KV cache differs"
+        assert torch.equal(s.cache.v[:, :, :, :ctx], e.cache.v[:, :, :, :ctx])
+        graphs = s._prefills
+        assert (ctx in graphs) == (seed >= 2), f"prefill {seed}: captured {sorted(graphs)}"
+    assert isinstance(graphs[ctx], PrefillGraph)
+
+
+def test_dspark_captures_every_device_loop_launch_before_its_prefill(engine):
+    """Captured on first use, a launch size landed inside a timed decode now and then (a request 50-90 %
+    slower with the same tokens): every size the loop can pick is captured with the session's graphs."""
+    from engine.dspark.speculate import _graphs_for
+
+    files = random_drafter(engine, seed=4)
+    use_drafter(engine, files, SpecOptions(loop_chunk=8))
+    ids = random_ids(1500, engine.config.vocab_size, seed=11)
+    s = engine.session(len(ids), 64, capture_layers=files.config.target_layers)
+    g = _graphs_for(engine, s)
+    assert sorted(g.fused) == [1, 2, 4, 8] and all(r.graph is not None for r in g.fused.values())
+    before = dict(g.fused)
+    r = engine.generate(ids, 64, dspark=True, stop_at_eos=False)
+    assert len(r.tokens) == 64 and g.fused == before, "a launch was captured during the decode"
