@@ -4,10 +4,13 @@
 #                                            (.whl/bubblewrap_*.deb, unpacked); the model in the model cache;
 #                                            a scratch repo /root/scr (main = this tree plus a planted
 #                                            host stall per DSpark device-loop launch; branches noop,
-#                                            unstall and stall-<f>, a fraction f of it left)
+#                                            unstall and stall-<f>, a fraction f of it left;
+#                                            noprefill and prefill, see scorebase)
 #   bash bench/gpu_ruler_check.sh tools      harness.tau_check and harness.guard (gpu profile)
 #   bash bench/gpu_ruler_check.sh calibrate  evalbot calibrate --profile gpu on main (A/A)
 #   bash bench/gpu_ruler_check.sh score B    evalbot score --profile gpu --base main --head B
+#   bash bench/gpu_ruler_check.sh scorebase A B   the same with --base A (noprefill prefill: the captured
+#                                            prefill, an honest engine improvement, scored as a PR)
 #   bash bench/gpu_ruler_check.sh budget S   the --budget of the steps after it (default: the profile's)
 # Every step writes what it printed, its wall time and its receipt to $OUT. Steps can be chained:
 #   bash bench/gpu_ruler_check.sh setup tools calibrate
@@ -82,7 +85,19 @@ PY
     git checkout -qb "stall-$f" && git checkout -q HEAD~1 -- engine/dspark/speculate.py
     plant "$(python3 -c "print($STALL_MS * $f)")" && git commit -qam "stall x$f" && git checkout -q main
   done
-  git log --oneline --all | head
+  # One honest engine improvement, scored as a PR against the engine without it: noprefill = main with
+  # the captured prefill switched off; prefill = noprefill with it switched back on (what would merge is
+  # the PR head merged into noprefill: exactly main's engine).
+  git checkout -qb noprefill && python3 - <<'PY'
+p = "engine/session.py"
+s = open(p).read()
+anchor = "        if not self.use_graphs:\n            return None\n"
+assert s.count(anchor) == 1, "Session.prefill_graph changed: update the noprefill branch"
+open(p, "w").write(s.replace(anchor, "        if True:  # noprefill: the eager prefill\n            return None\n"))
+PY
+  git commit -qam "noprefill: the eager prefill (captured prefill off)"
+  git checkout -qb prefill && git checkout -q main -- engine/session.py && git commit -qam "prefill: capture the prefill" && git checkout -q main
+  git log --oneline --all | head -n 20
   cd "$TREE"
 }
 
@@ -99,12 +114,14 @@ calibrate() {
   cp "$SCR/.evalbot/noise-floor.json" "$OUT/" 2>/dev/null || true
 }
 
-score() {
-  local head=$1
-  (cd "$SCR" && timed "score-$head" python3 -m evalbot score --repo . --base main --head "$head" --profile gpu \
+score() {  # score HEAD [BASE]: written as score-HEAD (score-HEAD-N when HEAD was scored before)
+  local head=$1 base=${2:-main} name="score-$1" n=2
+  while [ -e "$OUT/$name.out" ]; do name="score-$head-$n"; n=$((n + 1)); done
+  (cd "$SCR" && timed "$name" python3 -m evalbot score --repo . --base "$base" --head "$head" --profile gpu \
       --no-progress --no-calibrate ${BUDGET:+--budget "$BUDGET"})
-  local receipt; receipt=$(sed -n 's/^receipt: //p' "$OUT/score-$head.out" | tail -n 1)
-  [ -n "$receipt" ] && cp "$receipt" "$OUT/score-$head.intoto.json"
+  local receipt; receipt=$(sed -n 's/^receipt: //p' "$OUT/$name.out" | tail -n 1)
+  [ -n "$receipt" ] && cp "$receipt" "$OUT/$name.intoto.json"
+  grep -m1 -E "^(label|tier|verdict)|eval-dspark:" "$OUT/$name.out" | head -n 1
 }
 
 [ -f /root/sandbox-off ] && export EVALBOT_SANDBOX__ENABLED=false
@@ -116,6 +133,7 @@ while [ $# -gt 0 ]; do
     tools) tools ;;
     calibrate) calibrate ;;
     score) shift; score "$1" ;;
+    scorebase) shift; score "$2" "$1"; shift ;;  # scorebase BASE HEAD
     budget) shift; BUDGET=$1 ;;  # the budget (s) of the steps that follow
     *) echo "unknown step $1"; exit 2 ;;
   esac

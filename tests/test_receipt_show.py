@@ -91,3 +91,21 @@ def test_bad_input_is_one_line_exit_2(tmp_path, content, message):
                           timeout=120)
     assert done.returncode == 2 and message in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("calibrated", [True, False])
+def test_show_puts_every_field_on_its_own_line_and_names_a_calibrated_floor(tmp_path, capsys, calibrated):
+    """The harness and merge lines, and the method and noise lines, once ran together on one line, and a
+    calibrated floor read "default floor, not calibrated" (the floor says `source`, not `calibrated`)."""
+    outcome = _outcome()
+    m = b.measurements(ROUNDS, noise_floor=b.noise(0.003, calibrated=calibrated))
+    outcome = outcome.model_copy(update={"measurements": m, "candidate_sha": "d" * 40, "candidate_tree": "e" * 40})
+    path = tmp_path / "r.intoto.json"
+    path.write_bytes(receipt.envelope_bytes(receipt.make_envelope(receipt.build_statement(outcome, {}), None)))
+    assert main(["receipt", "show", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    starts = [line.split()[0] for line in lines if line.startswith("  ") and line.split()]
+    for key in ("harness", "measured", "method", "noise", "started"):
+        assert key in starts, f"no line of its own starts with {key!r}"
+    noise_line = next(line for line in lines if line.startswith("  noise"))
+    assert ("A/A calibrated" in noise_line) == calibrated and ("not calibrated" in noise_line) != calibrated
