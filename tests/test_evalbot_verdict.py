@@ -146,3 +146,34 @@ def test_not_evaluated_and_infra_constructors():
     assert e.status == "infra_error" and e.infra.stderr_tail == "tail"
     r = not_evaluated_needs_rebase(["engine/model.py"], "dspark-needs-rebase")
     assert r.status == "not_evaluated" and r.labels == ["dspark-needs-rebase"] and "rebase" in r.reason
+
+
+def _one_round(**cell_kw):
+    """The 2-vCPU VM's A/A after its 180 s budget: one round over one of four pairings."""
+    m = b.measurements([0.88], cells=[b.cell(speedups=[0.88], ar_ratios=[0.898], streams=1, **cell_kw)],
+                       guards=[b.guard(generation=[0.95], prefill=[0.771])], processes_per_ref=2, noise_floor=b.noise(0.01))
+    return m.model_copy(update={"stop": m.stop.model_copy(update={"reason": "budget"})})
+
+
+def test_one_round_over_one_pairing_is_undecided_not_a_reject():
+    """A no-op PR on two cores read AR 0.898x, a guard's prefill 0.771x and one verified stream per cell
+    when the budget ended after one round: that is no evidence of a regression or of a lossy decoder."""
+    v = decide(_one_round(), S)
+    assert v.status == "scored" and v.tier == "none", v.reason
+    assert v.reason.startswith("undecided: the budget ended after 1 rounds over 1 of the 4 process pairings")
+    skipped = {g.gate for g in v.gates if g.status == "skipped"}
+    assert {"ar", "lossless", "guard:qwen3-0.6b-shape"} <= skipped
+    assert all(g.detail.startswith("undecided (the budget ended first)") for g in v.gates if g.status == "skipped")
+
+
+def test_a_wrong_stream_is_conclusive_after_one_round():
+    v = decide(_one_round(verified=0), S)
+    assert v.status == "rejected" and "not main's greedy continuation" in v.reason
+
+
+def test_the_same_slowdown_over_every_pairing_is_a_reject():
+    ar = [0.898, 0.90, 0.89, 0.90]
+    m = b.measurements([1.0] * 4, cells=[b.cell(speedups=[1.0] * 4, ar_ratios=ar, streams=4)], groups=[0, 1, 2, 3],
+                       processes_per_ref=2, noise_floor=b.noise(0.01))
+    v = decide(m, S)
+    assert v.status == "rejected" and "AR decode" in v.reason

@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from evalbot.decide.gates import GateResult, evaluate
+from evalbot.decide.gates import SHORT_OF_STREAMS, GateResult, evaluate
 from evalbot.decide.measurements import Measurements
 from evalbot.decide.stats import crossed_bootstrap_ci, median
 from evalbot.decide.tiers import tier_for
@@ -120,6 +120,17 @@ def decide(m: Measurements, settings: ScoringSettings) -> Verdict:
         # it (a crash is never read as lossy or slow); the failure is.
         gates = [g.model_copy(update={"status": "skipped", "detail": "not measured: the PR's process failed first"})
                  if g.missing else g for g in gates]
+    pairings, seen = m.processes_per_ref ** 2, len(set(m.speedup_groups))
+    # Too few rounds to judge: a slower-looking AR or guard over fewer pairings than exist has not
+    # sampled process-to-process variance (an A/A on two cores read AR 0.90x after one round), and too
+    # few verified streams are no evidence of a lossy decoder. Undecided, never a REJECT; a wrong
+    # stream, an integrity finding and a measured accuracy failure stay conclusive, and a metric that
+    # was not measured at all still fails closed.
+    ended = m.stop is not None and m.stop.reason in ("budget", "corpus")
+    why = f"the {m.stop.reason}" if ended else "the run"  # type: ignore[union-attr]
+    gates = [g.model_copy(update={"status": "skipped", "detail": f"undecided ({why} ended first): {g.detail}"})
+             if g.status == "fail" and ((ended and g.missing == [SHORT_OF_STREAMS]) or (seen < pairings and _speed_gate(g.gate)))
+             else g for g in gates]
     speedup = compute_speedup(m, settings)
     failed = [g for g in gates if g.status == "fail"]
     if failed:
@@ -134,8 +145,13 @@ def decide(m: Measurements, settings: ScoringSettings) -> Verdict:
         speedup.pct if speedup else None, ci, m.noise.dspark_decode * 100, settings.tiers  # type: ignore[arg-type]
     )
     reason = _scored_reason(tier, speedup, settings)
-    pairings, seen = m.processes_per_ref ** 2, len(set(m.speedup_groups))
-    if tier != settings.tiers.none_name and seen < pairings:
+    undecided = [g.title for g in gates if g.status == "skipped" and g.detail.startswith("undecided")]
+    if undecided:
+        tier = settings.tiers.none_name
+        reason = (f"undecided: the {m.stop.reason if m.stop else 'run'} ended after {len(m.speedup_rounds)} rounds over "  # type: ignore[union-attr]
+                  f"{seen} of the {pairings} process pairings, too few to judge {', '.join(undecided)}; no REJECT and "
+                  "no tier on that (a larger budget or /rescore decides)")
+    elif tier != settings.tiers.none_name and seen < pairings:
         # A process can be faster or slower than its siblings for the whole run: an interval over fewer
         # pairings than exist has not sampled that variance, and it reads narrower than it is.
         tier = settings.tiers.none_name
@@ -147,6 +163,10 @@ def decide(m: Measurements, settings: ScoringSettings) -> Verdict:
         status="scored", tier=tier, labels=settings.tiers.labels_for(tier), reason=reason, gates=gates,
         speedup=speedup,
     )
+
+
+def _speed_gate(gate: str) -> bool:
+    return gate == "ar" or gate.startswith("guard:")
 
 
 def not_evaluated_harness_changed(paths: list[str]) -> Verdict:
