@@ -67,3 +67,15 @@ def test_guards_ratios_for_generation_and_prefill():
     (g,) = summarize(rec, noise=NOISE).guards
     assert g.generation_ratios == pytest.approx([0.8]) and g.prefill_ratios == pytest.approx([0.8])
     assert g.pr_prefill_tps == pytest.approx(256 / 0.125)
+
+
+def test_the_budget_waits_for_every_pairing_up_to_its_hard_cap():
+    """A 2-vCPU A/A ended by its budget after one round over one of four pairings decided nothing: the
+    budget now ends a run only once every pairing is measured (min_rounds), or at hard_budget times itself."""
+    from evalbot.measure.plan import Cell, Plan, budget_spent
+
+    plan = Plan(profile="cpu", cells=(Cell("code", 256),), new_tokens=24, processes=2, min_rounds=4, budget_s=180.0)
+    assert budget_spent(plan, 1, 170.0) is None
+    assert budget_spent(plan, 1, 230.0) is None  # past the budget, short of the pairings: go on
+    assert "after 1 of the 4 rounds" in budget_spent(plan, 1, 541.0)  # past 3 x 180 s: stop anyway
+    assert budget_spent(plan, 4, 181.0) == "the 180 s budget would be exceeded by another round"

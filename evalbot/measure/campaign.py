@@ -29,7 +29,7 @@ from evalbot.decide.accuracy import summarize_accuracy
 from evalbot.decide.records import (Finding, Generation, ProcessInfo, Records, Ref, Reported, StopReason, Verification,
                                     WindowRef)
 from evalbot.measure.client import ProtocolViolation, Response
-from evalbot.measure.plan import Cell, GuardPlan, Plan
+from evalbot.measure.plan import Cell, GuardPlan, Plan, budget_spent
 from evalbot.measure.servers import Failure, Process, Spawner, failure, start_servers
 from evalbot.measure.device import cpu_cores
 from evalbot.measure.windows import CorpusExhausted, Window, WindowAllocator
@@ -308,9 +308,9 @@ class Campaign:
             if stop and (final or rnd >= self.plan.min_rounds):
                 return ("decided", detail)
         if round_s:
-            next_s = max(round_s[-3:])
-            if time.monotonic() - t0 + next_s > self.plan.budget_s:
-                return ("budget", f"the {self.plan.budget_s:.0f} s budget would be exceeded by another round")
+            why = budget_spent(self.plan, rnd, time.monotonic() - t0 + max(round_s[-3:]))
+            if why:
+                return ("budget", why)
         return None
 
     def _verify_round(self, rnd: int) -> None:

@@ -33,6 +33,7 @@ class Plan:
     min_rounds: int = 2
     max_rounds: int = 200
     budget_s: float = 600.0
+    hard_budget: float = 3.0  # the budget waits for every pairing (min_rounds), up to this many times itself
     startup_timeout_s: float = 900.0
     request_timeout_s: float = 300.0
     verify_tolerance: float = 0.05
@@ -55,3 +56,17 @@ def plan_for(name: str, p: ProfileSettings, *, gpu: bool, budget_s: float | None
         # a near-tie: batched and single-token kernels of a changed build may round differently there
         verify_tolerance=0.05 if gpu else 1e-3,
     )
+
+
+def budget_spent(plan: Plan, rounds: int, end_s: float) -> str | None:
+    """Why the budget ends the run if another round would end at `end_s` (None: it does not). The budget
+    waits for every pairing (`min_rounds`), up to `hard_budget` times itself: a run short of them decides
+    nothing, and a PR slow enough to end it early would dodge its REJECT."""
+    if end_s <= plan.budget_s:
+        return None
+    if rounds >= plan.min_rounds:
+        return f"the {plan.budget_s:.0f} s budget would be exceeded by another round"
+    if end_s > plan.hard_budget * plan.budget_s:
+        return (f"{plan.hard_budget:g} times the {plan.budget_s:.0f} s budget would be exceeded by another round, "
+                f"after {rounds} of the {plan.min_rounds} rounds that measure every pairing")
+    return None
