@@ -3,7 +3,7 @@
 Fast: every example patch applies to the commit under test, every README declares its verdict, a
 stale patch is a clear error, and the demo runs end to end for the harness-edit example (no
 measurement). Slow: one real scoring on CPU, the lossy example, REJECTed by the losslessness gate.
-The full demo (all five, ~15 minutes on two CPU cores) is what the README's quick start runs.
+The full demo (all five, ~30 minutes on two CPU cores) is what the README's quick start runs.
 """
 
 from __future__ import annotations
