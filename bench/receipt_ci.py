@@ -4,8 +4,6 @@ settings) compute it from the same rounds. Receipts are read as written (DSSE en
 
 from __future__ import annotations
 
-import base64
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -13,11 +11,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from evalbot.decide.stats import crossed_bootstrap_ci  # noqa: E402
+from evalbot.report.receipt_view import read_receipt  # noqa: E402
 
 
 def main(paths: list[str]) -> int:
     for path in paths:
-        pred = json.loads(base64.b64decode(json.loads(Path(path).read_text())["payload"]))["predicate"]
+        pred = read_receipt(Path(path))[0]["predicate"]
         rounds = [r for r in pred["measurements"]["round_summaries"] if r["dspark_ratio"] is not None]
         st = pred["method"]["settings"]["stats"]
         v = [r["dspark_ratio"] for r in rounds]

@@ -13,13 +13,15 @@ processes' own decode clock (the eager prefill's host jitter)."""
 
 from __future__ import annotations
 
-import base64
 import collections
-import json
 import math
 import statistics
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from evalbot.report.receipt_view import read_receipt  # noqa: E402
 
 
 def _sd(xs: list[float]) -> float:
@@ -28,7 +30,7 @@ def _sd(xs: list[float]) -> float:
 
 def main(paths: list[str]) -> int:
     for path in paths:
-        pred = json.loads(base64.b64decode(json.loads(Path(path).read_text())["payload"]))["predicate"]
+        pred = read_receipt(Path(path))[0]["predicate"]
         pairs: dict[tuple, dict[str, dict]] = collections.defaultdict(dict)
         for r in pred["requests"]:
             if r["model"] == "main":

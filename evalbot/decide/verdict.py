@@ -128,9 +128,11 @@ def decide(m: Measurements, settings: ScoringSettings) -> Verdict:
     # was not measured at all still fails closed.
     ended = m.stop is not None and m.stop.reason in ("budget", "corpus")
     why = f"the {m.stop.reason}" if ended else "the run"  # type: ignore[union-attr]
+    short = {g.gate for g in gates if g.status == "fail"
+             and ((ended and g.missing == [SHORT_OF_STREAMS]) or (seen < pairings and _speed_gate(g.gate)))}
+    undecided = [g.title for g in gates if g.gate in short]
     gates = [g.model_copy(update={"status": "skipped", "detail": f"undecided ({why} ended first): {g.detail}"})
-             if g.status == "fail" and ((ended and g.missing == [SHORT_OF_STREAMS]) or (seen < pairings and _speed_gate(g.gate)))
-             else g for g in gates]
+             if g.gate in short else g for g in gates]
     speedup = compute_speedup(m, settings)
     failed = [g for g in gates if g.status == "fail"]
     if failed:
@@ -145,7 +147,6 @@ def decide(m: Measurements, settings: ScoringSettings) -> Verdict:
         speedup.pct if speedup else None, ci, m.noise.dspark_decode * 100, settings.tiers  # type: ignore[arg-type]
     )
     reason = _scored_reason(tier, speedup, settings)
-    undecided = [g.title for g in gates if g.status == "skipped" and g.detail.startswith("undecided")]
     if undecided:
         tier = settings.tiers.none_name
         reason = (f"undecided: the {m.stop.reason if m.stop else 'run'} ended after {len(m.speedup_rounds)} rounds over "  # type: ignore[union-attr]
