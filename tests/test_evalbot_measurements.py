@@ -79,3 +79,21 @@ def test_the_budget_waits_for_every_pairing_up_to_its_hard_cap():
     assert budget_spent(plan, 1, 230.0) is None  # past the budget, short of the pairings: go on
     assert "after 1 of the 4 rounds" in budget_spent(plan, 1, 541.0)  # past 3 x 180 s: stop anyway
     assert budget_spent(plan, 4, 181.0) == "the 180 s budget would be exceeded by another round"
+
+
+def test_ar_ratios_carry_their_processes_and_pool_per_round():
+    m = summarize(b.records([1.0] * 4, ar_pr_seconds=[0.5, 1.0, 2.0, 1.0], processes=2), noise=NOISE)
+    assert m.ar_rounds == pytest.approx([2.0, 1.0, 0.5, 1.0])  # geomean over both cells of main s / PR s
+    assert m.ar_round_processes() == [(r.main_process, r.pr_process) for r in m.round_summaries]
+    c = m.cells[0]
+    assert len(c.ar_processes) == len(c.ar_ratios) == 4 and set(c.ar_processes) == {(0, 0), (1, 1), (0, 1), (1, 0)}
+
+
+def test_the_floor_of_the_pooled_ar_statistic_is_taken_apart_from_the_worst_cells():
+    from evalbot.decide.calibration import noise_from_aa
+    rec = b.records([1.0] * 4, ar_pr_seconds=[1.0] * 4, processes=2)
+    for g in rec.generations:  # A/A: one cell reads 4 % slow for the PR, the other 4 % fast
+        if g.mode == "ar" and g.ref == "head":
+            g.bot_s *= 1.04 if g.corpus == "code" else 1 / 1.04
+    f = noise_from_aa(rec, box="b", profile="cpu", engine="e", base_sha="s", margin=1.5, minimum=0.001)
+    assert f.ar_cell == pytest.approx(1.5 * 0.04) and f.ar_decode == pytest.approx(0.001)

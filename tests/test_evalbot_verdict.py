@@ -177,3 +177,16 @@ def test_the_same_slowdown_over_every_pairing_is_a_reject():
                        processes_per_ref=2, noise_floor=b.noise(0.01))
     v = decide(m, S)
     assert v.status == "rejected" and "AR decode" in v.reason
+
+
+def test_a_gate_below_its_bar_with_an_interval_above_it_is_undecided_and_wins_no_tier():
+    """A +20 % PR whose AR reads 0.94x over four noisy rounds (interval up to 1.0): neither a REJECT on
+    a guess nor a tier while a gate is open."""
+    ar = [0.80, 0.93, 0.95, 1.08]
+    m = b.measurements([1.2, 1.21, 1.19, 1.2], cells=[b.cell(speedups=[1.2, 1.21, 1.19, 1.2], ar_ratios=ar, streams=4)],
+                       groups=[0, 1, 2, 3], processes_per_ref=2, noise_floor=b.noise(0.01))
+    m = m.model_copy(update={"stop": m.stop.model_copy(update={"reason": "budget"})})
+    v = decide(m, S)
+    assert v.status == "scored" and v.tier == "none" and v.labels == S.tiers.labels_for("none"), v.reason
+    assert v.reason.startswith("undecided: after 4 rounds (the budget ended) AR decode read below its bar"), v.reason
+    assert next(g for g in v.gates if g.gate == "ar").undecided

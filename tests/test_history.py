@@ -58,7 +58,7 @@ def test_history_entry_of_a_scored_outcome():
     (cell,) = e.cells
     assert (cell.corpus, cell.ctx, cell.main_dspark_tps, cell.main_ar_tps, cell.main_tau, cell.pr_tau) == ("prose", 4096, 74.8, 90.2, 1.1, 1.2)
     assert cell.pr_dspark_tps == pytest.approx(74.8 * 1.08)
-    assert e.noise["dspark_decode"] == 0.02 and set(e.noise) == {"dspark_decode", "ar_decode", "guard_decode", "guard_prefill"}
+    assert e.noise["dspark_decode"] == 0.02 and set(e.noise) == {"dspark_decode", "ar_decode", "ar_cell", "guard_decode", "guard_prefill"}
     assert (e.receipt, e.receipt_ref, e.scorecard) == ("ENVELOPE", "https://x/r.json", "card")
     assert e.duration_s == 1800
 
@@ -71,15 +71,15 @@ def test_history_entry_of_an_outcome_without_measurements():
 
 def test_calibration_entry():
     floor = NoiseFloor(box="h200-a", profile="gpu", source="calibration", dspark_decode=0.03, ar_decode=0.01,
-                       guard_decode=0.02, guard_prefill=0.02, rounds=3, base_sha=MAIN[1], measured_at="2026-12-02T08:00:00Z")
+                       ar_cell=0.015, guard_decode=0.02, guard_prefill=0.02, rounds=3, base_sha=MAIN[1], measured_at="2026-12-02T08:00:00Z")
     e = calibration_entry(floor, repo="octo/dspark")
     assert (e.kind, e.status, e.base_sha, e.head_sha, e.finished_at) == ("calibration", "calibrated", MAIN[1], MAIN[1], floor.measured_at)
-    assert e.noise == {"dspark_decode": 0.03, "ar_decode": 0.01, "guard_decode": 0.02, "guard_prefill": 0.02}
+    assert e.noise == {"dspark_decode": 0.03, "ar_decode": 0.01, "ar_cell": 0.015, "guard_decode": 0.02, "guard_prefill": 0.02}
 
 
 def test_a_scoring_records_the_calibration_it_gated_with_once(tmp_path):
     floor = NoiseFloor(box="h200-a", profile="gpu", source="calibration", dspark_decode=0.03, ar_decode=0.01,
-                       guard_decode=0.02, guard_prefill=0.02, rounds=3, base_sha=MAIN[0], measured_at="2026-11-30T08:00:00Z")
+                       ar_cell=0.015, guard_decode=0.02, guard_prefill=0.02, rounds=3, base_sha=MAIN[0], measured_at="2026-11-30T08:00:00Z")
     m = b.measurements([1.08, 1.09, 1.07], noise_floor=floor)
     store = SqliteHistory(tmp_path / "h.sqlite3")
     record_scoring(store, _outcome(decide(m, b.settings()), m), repo="octo/dspark")

@@ -12,15 +12,15 @@ from evalbot.errors import EvalbotError
 def noise_from_aa(records: Records, *, box: str, profile: str, engine: str, base_sha: str, margin: float,
                   minimum: float) -> NoiseFloor:
     """Each metric's floor is how far from 1 the very statistic its gate or tier reads strayed on the
-    A/A run, times `margin`, never below `minimum`: the DSpark speedup (median over rounds of the
-    per-round geomean over cells), each cell's median AR ratio, each guard's median generation and
+    A/A run, times `margin`, never below `minimum`: the DSpark speedup and the AR ratio over all
+    cells (median over rounds of the per-round geomean over cells), each cell's median AR ratio, each guard's median generation and
     prefill ratio (the largest over cells or guards). The statistic, not single requests: a floor
     taken from single requests would hold a median of many rounds to the noise of one."""
     m = summarize(records, noise=NoiseFloor.default(box, profile, 0.0, engine))
     ar = [median(c.ar_ratios) for c in m.cells if c.ar_ratios]
     gen = [median(g.generation_ratios) for g in m.guards if g.generation_ratios]
     pre = [median(g.prefill_ratios) for g in m.guards if g.prefill_ratios]
-    if not (m.speedup_rounds and ar):
+    if not (m.speedup_rounds and ar and m.ar_rounds):
         raise EvalbotError("calibration produced no paired measurements")
     pairings, seen = m.processes_per_ref ** 2, len(set(m.speedup_groups))
     if seen < pairings:  # a floor that has not seen every pairing understates the noise a score meets
@@ -32,6 +32,7 @@ def noise_from_aa(records: Records, *, box: str, profile: str, engine: str, base
 
     return NoiseFloor(
         box=box, profile=profile, engine=engine, source="calibration", rounds=m.rounds, base_sha=base_sha,
-        measured_at=utc_now(), dspark_decode=floor([median(m.speedup_rounds)]), ar_decode=floor(ar),
+        measured_at=utc_now(), dspark_decode=floor([median(m.speedup_rounds)]),
+        ar_decode=floor([median(m.ar_rounds)]), ar_cell=floor(ar),
         guard_decode=floor(gen), guard_prefill=floor(pre),
     )

@@ -38,6 +38,7 @@ class CellSummary(BaseModel):
     main_ar_tps: float | None = None
     dspark_ratios: list[float] = Field(default_factory=list)  # per round: main s / PR s on one window
     ar_ratios: list[float] = Field(default_factory=list)
+    ar_processes: list[tuple[int, int]] = Field(default_factory=list)  # (main's, the PR's process) per AR ratio
     # what the processes reported about themselves (decode only, their own clocks): never gated
     pr_reported_dspark_tps: float | None = None
     main_reported_dspark_tps: float | None = None
@@ -72,6 +73,8 @@ class GuardSummary(BaseModel):
     main_prefill_tps: float | None = None
     generation_ratios: list[float] = Field(default_factory=list)
     prefill_ratios: list[float] = Field(default_factory=list)
+    generation_processes: list[tuple[int, int]] = Field(default_factory=list)  # (main's, the PR's) per ratio
+    prefill_processes: list[tuple[int, int]] = Field(default_factory=list)
 
 
 class RoundSummary(BaseModel):
@@ -80,6 +83,7 @@ class RoundSummary(BaseModel):
     main_process: int
     pr_process: int
     dspark_ratio: float | None = None  # geomean over cells
+    ar_ratio: float | None = None  # geomean over cells
 
 
 class ClockCheck(BaseModel):
@@ -100,6 +104,7 @@ class Measurements(BaseModel):
     round_summaries: list[RoundSummary] = Field(default_factory=list)
     speedup_rounds: list[float] = Field(default_factory=list)  # per round: geomean over cells (DSpark)
     speedup_groups: list[int] = Field(default_factory=list)  # the pairing of each of those rounds
+    ar_rounds: list[float] = Field(default_factory=list)  # per round: geomean over cells of the AR ratios
     accuracy: AccuracySummary | None = None
     clock: ClockCheck = Field(default_factory=ClockCheck)
     device: str = ""
@@ -123,6 +128,13 @@ class Measurements(BaseModel):
         if len(rs) != len(self.speedup_rounds):
             raise ValueError("round summaries and speedup rounds disagree")
         return [r.main_process for r in rs], [r.pr_process for r in rs]
+
+    def ar_round_processes(self) -> list[tuple[int, int]]:
+        """(main's process, the PR's) of each round in `ar_rounds` (same order)."""
+        rs = [r for r in self.round_summaries if r.ar_ratio is not None]
+        if len(rs) != len(self.ar_rounds):
+            raise ValueError("round summaries and AR rounds disagree")
+        return [(r.main_process, r.pr_process) for r in rs]
 
 
 def _med(values: Sequence[float]) -> float | None:
@@ -178,6 +190,7 @@ def summarize(records: Records, *, noise: NoiseFloor, integrity: IntegritySettin
                 continue
             (c.dspark_ratios if key[2] == "dspark" else c.ar_ratios).append(ratio)
             if key[2] == "ar":
+                c.ar_processes.append((pair["base"].process, pair["head"].process))
                 c.ar_compared += 1
                 d = first_divergence(pair["head"].tokens, pair["base"].tokens)
                 if d is None:
@@ -210,23 +223,30 @@ def summarize(records: Records, *, noise: NoiseFloor, integrity: IntegritySettin
                 continue
             r = pair["base"].bot_s / pair["head"].bot_s
             (s.generation_ratios if key[5] == n else s.prefill_ratios).append(r)
+            (s.generation_processes if key[5] == n else s.prefill_processes).append(
+                (pair["base"].process, pair["head"].process))
         guards.append(s)
 
     rounds_seen = sorted({g.round for g in main_gens})
-    round_summaries, speedup_rounds, groups = [], [], []
+    round_summaries, speedup_rounds, groups, ar_rounds = [], [], [], []
     for r in rounds_seen:
-        ratios = [pair["base"].bot_s / pair["head"].bot_s for key, pair in pairs.items()
-                  if key[0] == r and key[1] == "main" and key[2] == "dspark" and len(pair) == 2 and pair["head"].bot_s > 0]
+        def of_round(mode: str) -> list[float]:
+            return [pair["base"].bot_s / pair["head"].bot_s for key, pair in pairs.items()
+                    if key[0] == r and key[1] == "main" and key[2] == mode and len(pair) == 2 and pair["head"].bot_s > 0]
+        ratios, ar = of_round("dspark"), of_round("ar")
         any_g = next(g for g in main_gens if g.round == r)
         mp = next((g.process for g in main_gens if g.round == r and g.ref == "base"), -1)
         pp = next((g.process for g in main_gens if g.round == r and g.ref == "head"), -1)
         complete = len(ratios) == len(cells_seen) and ratios
         rs = RoundSummary(round=r, pairing=any_g.pairing, main_process=mp, pr_process=pp,
-                          dspark_ratio=geomean(ratios) if complete else None)
+                          dspark_ratio=geomean(ratios) if complete else None,
+                          ar_ratio=geomean(ar) if ar and len(ar) == len(cells_seen) else None)
         round_summaries.append(rs)
         if rs.dspark_ratio is not None:
             speedup_rounds.append(rs.dspark_ratio)
             groups.append(rs.pairing)
+        if rs.ar_ratio is not None:
+            ar_rounds.append(rs.ar_ratio)
 
     report = check_records(records, integrity or IntegritySettings())
     first = {p.ref: p for p in records.processes if p.index == 0}
@@ -234,7 +254,7 @@ def summarize(records: Records, *, noise: NoiseFloor, integrity: IntegritySettin
     return Measurements(
         profile=records.profile, rounds=len(rounds_seen), processes_per_ref=records.processes_per_ref,
         cells=cells, guards=guards, round_summaries=round_summaries, speedup_rounds=speedup_rounds,
-        speedup_groups=groups, accuracy=AccuracySummary(**records.accuracy) if records.accuracy else None,
+        speedup_groups=groups, ar_rounds=ar_rounds, accuracy=AccuracySummary(**records.accuracy) if records.accuracy else None,
         clock=clock_check(gens, noise), device=(mn or pr).device if (mn or pr) else "",
         torch=(mn or pr).torch if (mn or pr) else "", triton=(mn or pr).triton if (mn or pr) else "",
         model_sha256=mn.model_sha256 if mn else "", drafter_sha256=pr.drafter_sha256 if pr else "",

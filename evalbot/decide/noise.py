@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field, ValidationError
 from evalbot.errors import ConfigError
 
 NOISE_FILE = "noise-floor.json"
-NOISE_VERSION = 2
+NOISE_VERSION = 3  # 3: ar_decode is the pooled AR statistic, ar_cell the worst cell
 
 
 class NoiseFloor(BaseModel):
@@ -34,7 +34,8 @@ class NoiseFloor(BaseModel):
     engine: str = ""  # digest of main's measured code the floor was taken with
     source: Literal["default", "calibration"] = "default"
     dspark_decode: float
-    ar_decode: float
+    ar_decode: float  # the AR ratio over all cells (geomean per round, median over rounds)
+    ar_cell: float  # one cell's AR ratio (median over rounds), the worst cell
     guard_decode: float
     guard_prefill: float
     rounds: int = 0
@@ -48,7 +49,7 @@ class NoiseFloor(BaseModel):
     @classmethod
     def default(cls, box: str, profile: str, value: float, engine: str = "") -> "NoiseFloor":
         return cls(box=box, profile=profile, engine=engine, source="default", dspark_decode=value, ar_decode=value,
-                   guard_decode=value, guard_prefill=value)
+                   ar_cell=value, guard_decode=value, guard_prefill=value)
 
 
 class NoiseFile(BaseModel):

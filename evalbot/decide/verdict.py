@@ -114,7 +114,7 @@ def decide(m: Measurements, settings: ScoringSettings) -> Verdict:
         return infrastructure_error("main's side", "main's own DSpark streams are not main's greedy continuation "
                                     f"({', '.join(broken)}): the ruler is broken, no PR can be judged with it")
 
-    gates = evaluate(m, settings.thresholds)
+    gates = evaluate(m, settings.thresholds, settings.stats)
     if m.stop is not None and m.stop.reason == "failure" and any(g.gate == "integrity" and g.status == "fail" for g in gates):
         # The PR's process failed before everything was measured: what is missing is not a verdict on
         # it (a crash is never read as lossy or slow); the failure is.
@@ -131,8 +131,10 @@ def decide(m: Measurements, settings: ScoringSettings) -> Verdict:
     short = {g.gate for g in gates if g.status == "fail"
              and ((ended and g.missing == [SHORT_OF_STREAMS]) or (seen < pairings and _speed_gate(g.gate)))}
     undecided = [g.title for g in gates if g.gate in short]
-    gates = [g.model_copy(update={"status": "skipped", "detail": f"undecided ({why} ended first): {g.detail}"})
+    gates = [g.model_copy(update={"status": "skipped", "undecided": True, "detail": f"undecided ({why} ended first): {g.detail}"})
              if g.gate in short else g for g in gates]
+    # A speed gate whose median is below its bar but whose interval reaches above it (gates.speed_check).
+    straddling = [g.title for g in gates if g.undecided and g.gate not in short]
     speedup = compute_speedup(m, settings)
     failed = [g for g in gates if g.status == "fail"]
     if failed:
@@ -152,6 +154,11 @@ def decide(m: Measurements, settings: ScoringSettings) -> Verdict:
         reason = (f"undecided: the {m.stop.reason if m.stop else 'run'} ended after {len(m.speedup_rounds)} rounds over "  # type: ignore[union-attr]
                   f"{seen} of the {pairings} process pairings, too few to judge {', '.join(undecided)}; no REJECT and "
                   "no tier on that (a larger budget or /rescore decides)")
+    elif straddling:
+        tier = settings.tiers.none_name
+        reason = (f"undecided: after {len(m.speedup_rounds)} rounds ({why} ended) {', '.join(straddling)} read below "
+                  "its bar with an interval that reaches above it; no REJECT and no tier on that (a larger budget or "
+                  f"/rescore decides). {reason}")
     elif tier != settings.tiers.none_name and seen < pairings:
         # A process can be faster or slower than its siblings for the whole run: an interval over fewer
         # pairings than exist has not sampled that variance, and it reads narrower than it is.

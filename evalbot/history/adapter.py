@@ -9,7 +9,7 @@ from evalbot.decide.outcome import ScoreOutcome
 from evalbot.history.schema import CellFigures, HistoryEntry
 from evalbot.history.store import HistoryStore, recorded
 
-NOISE_METRICS = ("dspark_decode", "ar_decode", "guard_decode", "guard_prefill")
+NOISE_METRICS = ("dspark_decode", "ar_decode", "ar_cell", "guard_decode", "guard_prefill")
 
 
 def _noise(floor: NoiseFloor | None) -> dict[str, float]:

@@ -21,7 +21,8 @@ from evalbot.history.schema import HistoryEntry
 from evalbot.report.charts import Group, Series, line_chart, strip_chart
 from evalbot.report.render import TEMPLATES_DIR, pct, short
 
-NOISE_NAMES = {"dspark_decode": "DSpark decode", "ar_decode": "AR decode", "guard_decode": "guard decode",
+NOISE_NAMES = {"dspark_decode": "DSpark decode", "ar_decode": "AR decode", "ar_cell": "AR decode, one cell",
+               "guard_decode": "guard decode",
                "guard_prefill": "guard prefill"}
 # Harmless tags the scorecards use; everything else in a scorecard is shown as text, never as HTML.
 _ALLOWED_TAGS = ("sub", "details", "summary")

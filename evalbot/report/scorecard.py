@@ -53,7 +53,7 @@ def _num(x: float | None, digits: int = 1) -> str:
 
 def noise_text(noise: NoiseFloor, calibrated_now: bool = False) -> str:
     core = (
-        f"±{noise.dspark_decode * 100:.2f}% DSpark, ±{noise.ar_decode * 100:.2f}% AR, "
+        f"±{noise.dspark_decode * 100:.2f}% DSpark, ±{noise.ar_decode * 100:.2f}% AR (±{noise.ar_cell * 100:.2f}% one cell), "
         f"±{noise.guard_decode * 100:.2f}% / ±{noise.guard_prefill * 100:.2f}% guard generation / prefill"
     )
     if noise.calibrated:

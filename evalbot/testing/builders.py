@@ -7,6 +7,7 @@ the one thing it is about.
 
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Any
 
@@ -68,13 +69,16 @@ def measurements(
     groups = list(range(len(speedups))) if groups is None else groups
     if cells is None:
         cells = [cell(speedups=speedups)]
+    n_ar = min((len(c.ar_ratios) for c in cells), default=0)
+    ar_rounds = [math.exp(sum(math.log(c.ar_ratios[i]) for c in cells) / len(cells)) for i in range(n_ar)]
     m = Measurements(
         profile="gpu", rounds=len(speedups), processes_per_ref=processes_per_ref, cells=cells,
         guards=[guard("qwen3-0.6b-shape"), guard("llama-3.2-1b-shape")] if guards is None else guards,
         round_summaries=[RoundSummary(round=i, pairing=g, main_process=g % processes_per_ref,
-                                      pr_process=g // processes_per_ref % processes_per_ref, dspark_ratio=r)
+                                      pr_process=g // processes_per_ref % processes_per_ref, dspark_ratio=r,
+                                      ar_ratio=ar_rounds[i] if i < n_ar else None)
                          for i, (r, g) in enumerate(zip(speedups, groups))],
-        speedup_rounds=speedups, speedup_groups=groups,
+        speedup_rounds=speedups, speedup_groups=groups, ar_rounds=ar_rounds[:len(speedups)],
         accuracy=accuracy() if accuracy_summary == "default" else accuracy_summary,  # type: ignore[arg-type]
         device="NVIDIA H200", torch="2.13.0", triton="3.4.0", model_sha256="11" * 32, drafter_sha256="22" * 32,
         main_drafter_sha256="22" * 32, verify_tolerance=0.05, seed=12345,
