@@ -7,6 +7,8 @@
 #                                            unstall and stall-<f>, a fraction f of it left;
 #                                            noprefill and prefill, see scorebase)
 #   bash bench/gpu_ruler_check.sh tools      harness.tau_check and harness.guard (gpu profile)
+#   bash bench/gpu_ruler_check.sh pdlcheck   bench/pdl_check.py: programmatic dependent launch on / off
+#                                            (branches nopdl and pdl: the same, scored with scorebase)
 #   bash bench/gpu_ruler_check.sh calibrate  evalbot calibrate --profile gpu on main (A/A)
 #   bash bench/gpu_ruler_check.sh score B    evalbot score --profile gpu --base main --head B
 #   bash bench/gpu_ruler_check.sh scorebase A B   the same with --base A (noprefill prefill: the captured
@@ -97,8 +99,25 @@ open(p, "w").write(s.replace(anchor, "        if True:  # noprefill: the eager p
 PY
   git commit -qam "noprefill: the eager prefill (captured prefill off)"
   git checkout -qb prefill && git checkout -q main -- engine/session.py && git commit -qam "prefill: capture the prefill" && git checkout -q main
+  # Programmatic dependent launch (kernels.common), scored as a PR against the engine without it, on the
+  # unstalled engine: nopdl = unstall with PDL off; pdl = nopdl with it back on.
+  git checkout -qb nopdl unstall && python3 - <<'PY'
+p = "kernels/common.py"
+s = open(p).read()
+anchor = '    if os.environ.get("DSPARK_PDL", "1") == "0" or UPCAST_DOT:\n'
+assert s.count(anchor) == 1, "kernels.common._pdl_on changed: update the nopdl branch"
+open(p, "w").write(s.replace(anchor, "    if True:  # nopdl: programmatic dependent launch off\n"))
+PY
+  git commit -qam "nopdl: programmatic dependent launch off"
+  git checkout -qb pdl && git checkout -q main -- kernels/common.py && git commit -qam "pdl: programmatic dependent launch on" && git checkout -q main
   git log --oneline --all | head -n 20
   cd "$TREE"
+}
+
+pdlcheck() {  # PDL on and off in one process: AR and DSpark tok/s and tau per cell (bench/pdl_check.py)
+  timed pdl_check python3 bench/pdl_check.py --model "$EVALBOT_HARNESS__MODEL"
+  cp "$OUT/pdl_check.out" "$OUT/pdl_check.jsonl"
+  cat "$OUT/pdl_check.jsonl"
 }
 
 tools() {
@@ -131,6 +150,7 @@ while [ $# -gt 0 ]; do
   case $1 in
     setup) setup ;;
     tools) tools ;;
+    pdlcheck) pdlcheck ;;
     calibrate) calibrate ;;
     score) shift; score "$1" ;;
     scorebase) shift; score "$2" "$1"; shift ;;  # scorebase BASE HEAD

@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import UPCAST_DOT, mma
+from kernels.common import UPCAST_DOT, mma, pdl_args, pdl_start
 from kernels.tuning import config_for
 
 LOG2E = 1.4426950408889634
@@ -57,8 +57,9 @@ def _attn_split_kernel(
     q_ptr, k_ptr, v_ptr, start_ptr, end_ptr, out_ptr, lse_ptr,
     M, H, CAP, cache_head_stride, n_splits, scale_log2,
     G: tl.constexpr, HD: tl.constexpr, SPLIT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_KV: tl.constexpr,
-    IEEE: tl.constexpr, UPCAST: tl.constexpr,
+    IEEE: tl.constexpr, UPCAST: tl.constexpr, USE_PDL: tl.constexpr,
 ):
+    pdl_start(USE_PDL)
     kvh = tl.program_id(0)
     split = tl.program_id(1)
     r = tl.arange(0, BLOCK_R)
@@ -100,7 +101,9 @@ def _attn_split_kernel(
 
 
 @triton.jit
-def _attn_combine_kernel(part_ptr, lse_ptr, out_ptr, H, n_splits, HD: tl.constexpr, BLOCK_S: tl.constexpr):
+def _attn_combine_kernel(part_ptr, lse_ptr, out_ptr, H, n_splits, HD: tl.constexpr, BLOCK_S: tl.constexpr,
+                         USE_PDL: tl.constexpr):
+    pdl_start(USE_PDL)
     row = tl.program_id(0)
     head = tl.program_id(1)
     s = tl.arange(0, BLOCK_S)
@@ -169,7 +172,8 @@ def attention_triton(
         q, k_cache, v_cache, kv_start, kv_end, workspace.part, workspace.lse,
         m, h, cap, k_cache.stride(0), ns, scale * LOG2E,
         G=g, HD=d, SPLIT=split, BLOCK_R=block_r, BLOCK_KV=block_kv, UPCAST=UPCAST_DOT, IEEE=q.dtype == torch.float32,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_args(q),
     )
-    _attn_combine_kernel[(m, h)](workspace.part, workspace.lse, out, h, ns, HD=d, BLOCK_S=triton.next_power_of_2(ns), num_warps=4)
+    _attn_combine_kernel[(m, h)](workspace.part, workspace.lse, out, h, ns, HD=d, BLOCK_S=triton.next_power_of_2(ns), num_warps=4,
+                                 **pdl_args(q))
     return out

@@ -6,13 +6,16 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.common import pdl_args, pdl_start
+
 
 def embedding_reference(tokens: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
     return table[tokens.long()].float()
 
 
 @triton.jit
-def _embedding_kernel(tok_ptr, table_ptr, out_ptr, D, BLOCK_D: tl.constexpr):
+def _embedding_kernel(tok_ptr, table_ptr, out_ptr, D, BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr):
+    pdl_start(USE_PDL)
     row = tl.program_id(0)
     tok = tl.load(tok_ptr + row).to(tl.int64)
     d = tl.arange(0, BLOCK_D)
@@ -25,5 +28,5 @@ def embedding_triton(tokens: torch.Tensor, table: torch.Tensor, out: torch.Tenso
     d = table.shape[1]
     if out is None:
         out = torch.empty((m, d), dtype=torch.float32, device=table.device)
-    _embedding_kernel[(m,)](tokens, table, out, d, BLOCK_D=triton.next_power_of_2(d))
+    _embedding_kernel[(m,)](tokens, table, out, d, BLOCK_D=triton.next_power_of_2(d), **pdl_args(tokens))
     return out

@@ -17,6 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.common import pdl_args, pdl_start
+
 STATE_COMMITTED, STATE_BASE, STATE_ACCEPTED, STATE_STEPS, STATE_PREV_BASE = 0, 1, 2, 3, 4
 STATE_SIZE = 5
 
@@ -61,8 +63,9 @@ def _row_argmax(logits_ptr, row, V, BLOCK_V: tl.constexpr):
 @triton.jit
 def _greedy_commit_kernel(
     logits_ptr, tokens_ptr, positions_ptr, kv_end_ptr, out_ptr, state_ptr,
-    M, V, ROWS, BLOCK_V: tl.constexpr, BLOCK_ROWS: tl.constexpr,
+    M, V, ROWS, BLOCK_V: tl.constexpr, BLOCK_ROWS: tl.constexpr, USE_PDL: tl.constexpr,
 ):
+    pdl_start(USE_PDL)
     accepted = tl.min(tl.zeros([BLOCK_ROWS], tl.int64), axis=0)
     still = accepted == 0
     n = tl.load(state_ptr + 0)
@@ -96,5 +99,5 @@ def greedy_commit_triton(
     rows = positions.shape[0]
     _greedy_commit_kernel[(1,)](
         logits, tokens, positions, kv_end, out_tokens, state, m, v, rows,
-        BLOCK_V=4096, BLOCK_ROWS=triton.next_power_of_2(max(rows, 2)), num_warps=8,
+        BLOCK_V=4096, BLOCK_ROWS=triton.next_power_of_2(max(rows, 2)), num_warps=8, **pdl_args(logits),
     )

@@ -13,6 +13,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.common import pdl_args, pdl_start
+
 
 def markov_draft_reference(cand_ids: torch.Tensor, cand_vals: torch.Tensor, last: torch.Tensor, u: torch.Tensor, v: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     prev = int(last.reshape(-1)[0])
@@ -24,7 +26,9 @@ def markov_draft_reference(cand_ids: torch.Tensor, cand_vals: torch.Tensor, last
 
 
 @triton.jit
-def _markov_draft_kernel(ids_ptr, vals_ptr, last_ptr, u_ptr, v_ptr, out_ptr, P: tl.constexpr, K: tl.constexpr, R: tl.constexpr):
+def _markov_draft_kernel(ids_ptr, vals_ptr, last_ptr, u_ptr, v_ptr, out_ptr, P: tl.constexpr, K: tl.constexpr, R: tl.constexpr,
+                         USE_PDL: tl.constexpr):
+    pdl_start(USE_PDL)
     k = tl.arange(0, K)
     r = tl.arange(0, R)
     prev = tl.load(last_ptr).to(tl.int64)
@@ -43,5 +47,5 @@ def markov_draft_triton(cand_ids: torch.Tensor, cand_vals: torch.Tensor, last: t
     p, k = cand_ids.shape
     r = u.shape[1]
     assert cand_ids.is_contiguous() and cand_vals.is_contiguous() and k & (k - 1) == 0 and r & (r - 1) == 0
-    _markov_draft_kernel[(1,)](cand_ids, cand_vals, last, u, v, out, P=p, K=k, R=r, num_warps=2)
+    _markov_draft_kernel[(1,)](cand_ids, cand_vals, last, u, v, out, P=p, K=k, R=r, num_warps=2, **pdl_args(cand_ids))
     return out

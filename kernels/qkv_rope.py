@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import UPCAST_DOT, mma
+from kernels.common import UPCAST_DOT, mma, pdl_args, pdl_start
 
 from kernels.fused_linear import BLOCK_M
 from kernels.rmsnorm import rmsnorm_reference
@@ -72,8 +72,9 @@ def _qkv_rope_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, cache_head_stride,
     M, K, eps, H, KVH,
     HD: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_QKNORM: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, USE_PDL: tl.constexpr,
 ):
+    pdl_start(USE_PDL)
     head = tl.program_id(0)
     HALF: tl.constexpr = HD // 2
     rm = tl.arange(0, BLOCK_M)
@@ -167,6 +168,6 @@ def qkv_rope_triton(
         cos, sin, positions, q_out, k_cache, v_cache, k_cache.stride(0),
         m, k, eps, n_heads, n_kv_heads,
         HD=hd, HAS_BIAS=bqkv is not None, HAS_QKNORM=q_norm is not None, UPCAST=UPCAST_DOT, IEEE=wqkv.dtype == torch.float32,
-        BLOCK_M=BLOCK_M, BLOCK_K=cfg.block_k, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        BLOCK_M=BLOCK_M, BLOCK_K=cfg.block_k, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_args(x),
     )
     return q_out

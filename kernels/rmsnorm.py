@@ -6,6 +6,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.common import pdl_args, pdl_start
+
 
 def rmsnorm_reference(x: torch.Tensor, weight: torch.Tensor, eps: float, out_dtype: torch.dtype | None = None) -> torch.Tensor:
     xf = x.float()
@@ -14,7 +16,8 @@ def rmsnorm_reference(x: torch.Tensor, weight: torch.Tensor, eps: float, out_dty
 
 
 @triton.jit
-def _rmsnorm_kernel(x_ptr, w_ptr, out_ptr, x_stride, out_stride, N, eps, BLOCK_N: tl.constexpr):
+def _rmsnorm_kernel(x_ptr, w_ptr, out_ptr, x_stride, out_stride, N, eps, BLOCK_N: tl.constexpr, USE_PDL: tl.constexpr):
+    pdl_start(USE_PDL)
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
     mask = cols < N
@@ -30,5 +33,6 @@ def rmsnorm_triton(x: torch.Tensor, weight: torch.Tensor, eps: float, out_dtype:
         x2 = x2.contiguous()
     out = torch.empty(x2.shape, dtype=out_dtype or x.dtype, device=x.device)
     n = x2.shape[-1]
-    _rmsnorm_kernel[(x2.shape[0],)](x2, weight, out, x2.stride(0), out.stride(0), n, eps, BLOCK_N=triton.next_power_of_2(n))
+    _rmsnorm_kernel[(x2.shape[0],)](x2, weight, out, x2.stride(0), out.stride(0), n, eps, BLOCK_N=triton.next_power_of_2(n),
+                                  **pdl_args(x2))
     return out.reshape(x.shape)

@@ -145,3 +145,30 @@ def test_dspark_captures_every_device_loop_launch_before_its_prefill(engine):
     before = dict(g.fused)
     r = engine.generate(ids, 64, dspark=True, stop_at_eos=False)
     assert len(r.tokens) == 64 and g.fused == before, "a launch was captured during the decode"
+
+
+def test_programmatic_dependent_launch_changes_no_bit(loaded, monkeypatch):
+    """Every step kernel is launched with programmatic dependent launch where the device has it
+    (Hopper and later; kernels.common): the same steps and the same greedy decode, captured with it on
+    and with it off (DSPARK_PDL=0), give the same bits."""
+    from kernels import common
+
+    dev = torch.cuda.current_device()
+    assert common._pdl_on(dev) == (torch.cuda.get_device_capability(dev)[0] >= 9)
+    v = loaded.config.vocab_size
+    ids, fed = random_ids(3000, v, seed=11), random_ids(14, v, seed=12)
+
+    def run():
+        e = Engine(loaded=loaded, device="cuda")
+        return [logits_by_rows(e, ids, fed, rows) for rows in (1, 7)], e.generate(ids, 64, stop_at_eos=False).tokens
+
+    on = run()
+    monkeypatch.setenv("DSPARK_PDL", "0")
+    common._pdl_on.cache_clear()
+    try:
+        assert common.pdl_args(torch.empty(1, device="cuda")) == {"USE_PDL": False}
+        off = run()
+    finally:
+        monkeypatch.delenv("DSPARK_PDL")
+        common._pdl_on.cache_clear()
+    assert all(torch.equal(a, b) for a, b in zip(on[0], off[0])) and on[1] == off[1]

@@ -1,0 +1,101 @@
+"""Programmatic dependent launch on and off, side by side in one process (kernels.common): AR and DSpark
+decode tok/s and tau on real text at exact lengths, per corpus and context. Prints JSON lines.
+
+    python bench/pdl_check.py [--model PATH] [--contexts 1024,4096,7936] [--new 256] [--reps 5]
+
+Two engines share the loaded weights: one whose graphs were captured with PDL on, one with it off
+(DSPARK_PDL=0 while it captures and runs). The settings alternate per repetition (on off, off on, ...)
+so slow drift of the box cancels; every repetition takes a fresh window of the corpus, which both
+settings decode. The figures are the engine's own decode clock (prefill excluded). Without --model:
+the bundled model from the model cache. A GPU figure: on CPU it measures nothing (PDL is CUDA-only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+
+_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(_ROOT))
+
+import torch  # noqa: E402
+
+from engine.dspark import attach_drafter  # noqa: E402
+from engine.generate import Engine  # noqa: E402
+from engine.loader import load_model  # noqa: E402
+from kernels import common  # noqa: E402
+
+
+def _set_pdl(on: bool) -> None:
+    if on:
+        os.environ.pop("DSPARK_PDL", None)
+    else:
+        os.environ["DSPARK_PDL"] = "0"
+    common._pdl_on.cache_clear()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--contexts", default="1024,4096,7936")
+    ap.add_argument("--new", type=int, default=256)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--device", default="cuda", help="cpu: a smoke test of this script only (no PDL there)")
+    args = ap.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("pdl_check: needs CUDA (programmatic dependent launch is a GPU feature)", file=sys.stderr)
+        return 2
+    loaded = load_model(args.model)
+    engines = {}
+    for on in (True, False):
+        _set_pdl(on)
+        e = Engine(loaded=loaded, device=args.device)
+        attach_drafter(e)
+        engines[on] = e
+    tok = engines[True].tokenizer
+    contexts = [int(c) for c in args.contexts.split(",")]
+    corpora = {name: tok.encode((_ROOT / "harness" / "prompts" / f"{name}.txt").read_text()) for name in ("code", "prose")}
+    cuda = args.device == "cuda"
+    print(json.dumps({"device": torch.cuda.get_device_name() if cuda else "cpu", "torch": torch.__version__,
+                      "pdl_capable": cuda and torch.cuda.get_device_capability()[0] >= 9, "new_tokens": args.new}),
+          flush=True)
+    for corpus, ids in corpora.items():
+        for ctx in contexts:
+            need = (args.reps + 1) * (ctx + args.new)
+            if len(ids) < need:
+                print(json.dumps({"corpus": corpus, "ctx": ctx, "skipped": f"corpus has {len(ids)} tokens, needs {need}"}))
+                continue
+            rows: dict[bool, dict[str, list[float]]] = {on: {"ar": [], "dspark": [], "tau": []} for on in (True, False)}
+            for rep in range(-1, args.reps):  # rep -1: warm-up (captures), not kept
+                window = ids[(rep + 1) * (ctx + args.new):][:ctx]
+                for on in ((True, False) if rep % 2 else (False, True)):
+                    _set_pdl(on)
+                    e = engines[on]
+                    ar = e.generate(window, args.new, stop_at_eos=False)
+                    ds = e.generate(window, args.new, dspark=True, stop_at_eos=False)
+                    if ds.tokens != ar.tokens:
+                        print(json.dumps({"corpus": corpus, "ctx": ctx, "error": "DSpark differs from AR", "pdl": on}))
+                        return 1
+                    if rep >= 0:
+                        rows[on]["ar"].append(len(ar.tokens) / ar.decode_s)
+                        rows[on]["dspark"].append(len(ds.tokens) / ds.decode_s)
+                        rows[on]["tau"].append(float(ds.stats.get("tau", 0.0)))
+            med = {on: {k: statistics.median(v) for k, v in r.items()} for on, r in rows.items()}
+            print(json.dumps({
+                "corpus": corpus, "ctx": ctx, "reps": args.reps,
+                "ar_tps": {"pdl": med[True]["ar"], "no_pdl": med[False]["ar"]},
+                "dspark_tps": {"pdl": med[True]["dspark"], "no_pdl": med[False]["dspark"]},
+                "tau": med[True]["tau"], "ar_ratio": med[True]["ar"] / med[False]["ar"],
+                "dspark_ratio": med[True]["dspark"] / med[False]["dspark"],
+                "dspark_over_ar": med[True]["dspark"] / med[True]["ar"],
+            }), flush=True)
+    _set_pdl(True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
