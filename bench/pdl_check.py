@@ -2,6 +2,8 @@
 decode tok/s and tau on real text at exact lengths, per corpus and context. Prints JSON lines.
 
     python bench/pdl_check.py [--model PATH] [--contexts 1024,4096,7936] [--new 256] [--reps 5]
+    python bench/pdl_check.py --random --only on|off     AR only, random weights in the bundled model's
+                                                        shape (no staging), one setting per process
 
 Two engines share the loaded weights: one whose graphs were captured with PDL on, one with it off
 (DSPARK_PDL=0 while it captures and runs). The settings alternate per repetition (on off, off on, ...)
@@ -45,10 +47,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--new", type=int, default=256)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--device", default="cuda", help="cpu: a smoke test of this script only (no PDL there)")
+    ap.add_argument("--random", action="store_true", help="random weights in the bundled model's shape: AR only")
+    ap.add_argument("--only", choices=("on", "off"), default=None, help="one engine, one setting, in this process")
     args = ap.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         print("pdl_check: needs CUDA (programmatic dependent launch is a GPU feature)", file=sys.stderr)
         return 2
+    if args.random:
+        return _random_ar(args)
     loaded = load_model(args.model)
     engines = {}
     for on in (True, False):
@@ -93,6 +99,34 @@ def main(argv: list[str] | None = None) -> int:
                 "dspark_ratio": med[True]["dspark"] / med[False]["dspark"],
                 "dspark_over_ar": med[True]["dspark"] / med[True]["ar"],
             }), flush=True)
+    _set_pdl(True)
+    return 0
+
+
+def _random_ar(args) -> int:
+    """AR decode tok/s on random weights (speed does not depend on them), per context; with --only, one
+    engine in this process, so a driver can alternate processes (no second engine beside it)."""
+    sys.path.insert(0, str(_ROOT / "tests" / "gpu"))
+    from models import random_ids, random_model
+
+    loaded = random_model()
+    settings = [args.only == "on"] if args.only else [True, False]
+    engines = {}
+    for on in settings:
+        _set_pdl(on)
+        engines[on] = Engine(loaded=loaded, device=args.device)
+    for ctx in (int(c) for c in args.contexts.split(",")):
+        ids = random_ids(ctx, loaded.config.vocab_size, seed=ctx)
+        tps: dict[bool, list[float]] = {on: [] for on in settings}
+        for rep in range(-1, args.reps):
+            for on in settings:
+                _set_pdl(on)
+                r = engines[on].generate(ids, args.new, stop_at_eos=False)
+                if rep >= 0:
+                    tps[on].append(len(r.tokens) / r.decode_s)
+        print(json.dumps({"ctx": ctx, "random_weights": True, "engines_in_process": len(settings),
+                          **{("ar_tps_pdl" if on else "ar_tps_no_pdl"): statistics.median(v) for on, v in tps.items()}}),
+              flush=True)
     _set_pdl(True)
     return 0
 
