@@ -186,12 +186,20 @@ def test_demo_removes_its_temporary_clone_unless_kept(tmp_path, monkeypatch, cap
 
 @pytest.mark.slow
 def test_lossy_example_is_rejected_by_the_losslessness_gate(tmp_path, capsys):
-    """One real scoring on the cpu profile (~3-4 minutes on two cores): the real engine in harness
+    """One real scoring of the bundled model (~1-2 minutes on two cores): the real engine in harness
     servers; the shortcut that accepts every draft must be REJECTed as not lossless, by main's engine
     re-verifying the PR's streams. No A/A
     calibration first (that would double the time): the losslessness gate does not depend on noise."""
     scratch = tmp_path / "scratch"
-    code = run_demo(REPO, profile="cpu", work_dir=scratch, only="02-lossy-shortcut", settings=_settings(),
+    # The bundled model, with less to measure than the cpu profile (which `./dspark demo` itself uses):
+    # one process per ref, shorter windows, a smaller accuracy dump. The wrong stream ends it after
+    # its first round either way (decide.stopping.final).
+    light = Settings.model_validate({
+        "box": "demo-test-box", "thresholds": {"min_compare_positions": 64},
+        "profiles": {"cpu": {"contexts": [128], "new_tokens": 16, "processes": 1, "accuracy_positions": 64,
+                             "accuracy_ctx": 128, "guards": [{"name": "llama-3.2-tiny-shape", "ctx": 128, "new_tokens": 8}],
+                             "budget_s": 240, "request_timeout_s": 300}}})
+    code = run_demo(REPO, profile="cpu", work_dir=scratch, only="02-lossy-shortcut", settings=light,
                     calibrate=False, progress=False)
     out = capsys.readouterr().out
     assert code == 0, out

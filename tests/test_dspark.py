@@ -166,9 +166,10 @@ def test_runtime_drafter_matches_training_module(engine):
 
 @pytest.mark.parametrize("depth", [1, 3])
 def test_rejection_sampling_preserves_the_target_distribution(depth):
-    """>= 100k draws over a small vocabulary: the emitted tokens follow the target's p exactly."""
+    """40k draws over a small vocabulary: the emitted tokens follow the target's p exactly (a rule off
+    by one point of probability on one token adds ~25 to the chi-square at this size)."""
     torch.manual_seed(0)
-    vocab, draws = 6, 120_000
+    vocab, draws = 6, 40_000
     gen = torch.Generator().manual_seed(1)
     p = torch.softmax(torch.randn(depth + 1, vocab) * 1.5, -1)
     q = torch.softmax(torch.randn(depth, vocab) * 1.5, -1)

@@ -144,3 +144,8 @@ def test_a_small_ar_regression_on_every_cell_fails_on_the_pooled_statistic():
     assert r.status == "fail" and r.detail.startswith("all cells: AR 0.975× main < 0.98 − noise 0.001"), r.detail
     ok = gate_ar(m.model_copy(update={"noise": b.noise(0.01)}), TH)
     assert ok.status == "pass" and ok.detail.startswith("all cells 0.975×"), ok.detail
+
+
+def test_one_round_below_the_bar_has_no_interval_and_is_undecided():
+    one = gate_ar(_ar([0.5]), TH)
+    assert one.status == "skipped" and one.undecided and "95% CI" not in one.detail, one.detail

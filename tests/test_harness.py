@@ -69,9 +69,10 @@ def test_prompts_are_real_text_cut_to_exact_lengths(bundled):
     for name in PROMPT_NAMES:
         text = load_text(name)
         assert len(text) > 40_000 and text.count("\n") > 500  # real documents, not a repeated snippet
-        for n in (1, 128, 4096, 7936):
+        whole = tok.encode(text)  # exact_prompt tokenizes a prefix only: it must cut what the whole text does
+        for n in (1, 128, 4096, 7936, 50_000):
             ids = exact_prompt(tok, name, n)
-            assert len(ids) == n and ids == tok.encode(text)[:n]
+            assert len(ids) == n and ids == whole[:n]
     with pytest.raises(ShortCorpusError, match="fewer than"):
         exact_prompt(tok, "prose", 10**7)
     with pytest.raises(ShortCorpusError, match="no prompt corpus"):

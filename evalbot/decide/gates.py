@@ -100,10 +100,13 @@ def ratio_ci(values: list[float], processes: list[tuple[int, int]], stats: Stats
 def speed_check(values: list[float], processes: list[tuple[int, int]], bar: float, stats: StatsSettings,
                 resamples: int | None = None) -> tuple[str, float, tuple[float, float] | None]:
     """("pass" | "fail" | "undecided", median, CI or None): pass when the median is at or above the bar,
-    fail when the whole CI is below it, undecided when the median is below and the CI reaches above."""
+    fail when the whole CI is below it, undecided when the median is below and the CI reaches above
+    (or there is a single round, so no CI)."""
     med = median(values)
     if med >= bar:
         return "pass", med, None
+    if len(values) < 2:  # one round has no interval: below the bar is a guess
+        return "undecided", med, None
     lo, hi = ratio_ci(values, processes, stats, resamples)
     return ("fail" if hi < bar else "undecided"), med, (lo, hi)
 

@@ -128,10 +128,11 @@ def decide(m: Measurements, settings: ScoringSettings) -> Verdict:
     # was not measured at all still fails closed.
     ended = m.stop is not None and m.stop.reason in ("budget", "corpus")
     why = f"the {m.stop.reason}" if ended else "the run"  # type: ignore[union-attr]
-    short = {g.gate for g in gates if g.status == "fail"
+    short = {g.gate for g in gates if (g.status == "fail" or g.undecided)
              and ((ended and g.missing == [SHORT_OF_STREAMS]) or (seen < pairings and _speed_gate(g.gate)))}
     undecided = [g.title for g in gates if g.gate in short]
-    gates = [g.model_copy(update={"status": "skipped", "undecided": True, "detail": f"undecided ({why} ended first): {g.detail}"})
+    gates = [g.model_copy(update={"status": "skipped", "undecided": True,
+                                  "detail": f"undecided ({why} ended first): {g.detail.removeprefix('undecided: ')}"})
              if g.gate in short else g for g in gates]
     # A speed gate whose median is below its bar but whose interval reaches above it (gates.speed_check).
     straddling = [g.title for g in gates if g.undecided and g.gate not in short]
