@@ -47,7 +47,8 @@ def decided(m: Measurements, settings: ScoringSettings) -> tuple[bool, str]:
     if not speed_done:
         return False, f"DSpark speedup CI {lo_pct:+.1f}% … {hi_pct:+.1f}% spans more than one tier"
     # Each speed gate's statistic against its bar, with the gates' own interval (fewer resamples).
-    speed = [("AR over all cells", m.ar_rounds, m.ar_round_processes(), th.ar_ratio_min - m.noise.ar_decode)]
+    speed = [("AR over all cells", m.ar_rounds, m.ar_round_processes(), th.ar_ratio_min - m.noise.ar_decode)
+             ] if len(m.cells) > 1 else []  # with one cell the gate reads that cell only (gates.gate_ar)
     speed += [(f"AR {c.name}", c.ar_ratios, c.ar_processes, th.ar_ratio_min - m.noise.ar_cell) for c in m.cells]
     for g in m.guards:
         speed += [(f"guard {g.guard} generation", g.generation_ratios, g.generation_processes,
