@@ -87,29 +87,26 @@ PY
     git checkout -qb "stall-$f" && git checkout -q HEAD~1 -- engine/dspark/speculate.py
     plant "$(python3 -c "print($STALL_MS * $f)")" && git commit -qam "stall x$f" && git checkout -q main
   done
-  # One honest engine improvement, scored as a PR against the engine without it: noprefill = main with
-  # the captured prefill switched off; prefill = noprefill with it switched back on (what would merge is
-  # the PR head merged into noprefill: exactly main's engine).
-  git checkout -qb noprefill && python3 - <<'PY'
-p = "engine/session.py"
+  # off_on OFF ON START FILE ANCHOR REPLACEMENT WHAT: branch OFF from START with one engine feature switched
+  # off (ANCHOR, which must occur once in FILE, replaced), and ON = OFF with FILE as main has it: the
+  # feature scored as a PR against the engine without it (what would merge is ON merged into OFF).
+  off_on() {
+    git checkout -qb "$1" "$3" && python3 - "$4" "$5" "$6" <<'PY'
+import sys
+p, anchor, repl = sys.argv[1:]
 s = open(p).read()
-anchor = "        if not self.use_graphs:\n            return None\n"
-assert s.count(anchor) == 1, "Session.prefill_graph changed: update the noprefill branch"
-open(p, "w").write(s.replace(anchor, "        if True:  # noprefill: the eager prefill\n            return None\n"))
+assert s.count(anchor) == 1, f"{p} changed: update the anchor of the branch that switches it off"
+open(p, "w").write(s.replace(anchor, repl))
 PY
-  git commit -qam "noprefill: the eager prefill (captured prefill off)"
-  git checkout -qb prefill && git checkout -q main -- engine/session.py && git commit -qam "prefill: capture the prefill" && git checkout -q main
-  # Programmatic dependent launch (kernels.common), scored as a PR against the engine without it, on the
-  # unstalled engine: nopdl = unstall with PDL off; pdl = nopdl with it back on.
-  git checkout -qb nopdl unstall && python3 - <<'PY'
-p = "kernels/common.py"
-s = open(p).read()
-anchor = '    if os.environ.get("DSPARK_PDL", "1") == "0" or UPCAST_DOT:\n'
-assert s.count(anchor) == 1, "kernels.common._pdl_on changed: update the nopdl branch"
-open(p, "w").write(s.replace(anchor, "    if True:  # nopdl: programmatic dependent launch off\n"))
-PY
-  git commit -qam "nopdl: programmatic dependent launch off"
-  git checkout -qb pdl && git checkout -q main -- kernels/common.py && git commit -qam "pdl: programmatic dependent launch on" && git checkout -q main
+    git commit -qam "$1: $7 off" && git checkout -qb "$2" && git checkout -q main -- "$4" \
+      && git commit -qam "$2: $7 on" && git checkout -q main
+  }
+  # One honest engine improvement each: the captured prefill (on main), and programmatic dependent
+  # launch (kernels.common, on the unstalled engine).
+  off_on noprefill prefill main engine/session.py $'        if not self.use_graphs:\n            return None\n' \
+    $'        if True:  # noprefill: the eager prefill\n            return None\n' "the captured prefill"
+  off_on nopdl pdl unstall kernels/common.py $'    if os.environ.get("DSPARK_PDL", "1") == "0" or UPCAST_DOT:\n' \
+    $'    if True:  # nopdl: programmatic dependent launch off\n' "programmatic dependent launch"
   git log --oneline --all | head -n 20
   cd "$TREE"
 }
