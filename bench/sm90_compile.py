@@ -1,0 +1,81 @@
+"""Compile every step kernel for the H200 (sm_90) on a machine without a GPU, with programmatic dependent
+launch and the L2 prefetch on, in the bundled model's shapes and the launch configurations of
+kernels/tuning.py; prints, per kernel, how many prefetch and griddepcontrol instructions its PTX has.
+Catches what the CPU interpreter cannot see (PTX, inline assembly, shared memory) before a device call.
+
+    TRITON_INTERPRET=0 python bench/sm90_compile.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+os.environ["TRITON_INTERPRET"] = "0"
+os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+from kernels.common import prefetch_lines  # noqa: E402
+from kernels.decode_attention import _attn_combine_kernel, _attn_split_kernel  # noqa: E402
+from kernels.fused_linear import BLOCK_M, _fused_linear_kernel  # noqa: E402
+from kernels.qkv_rope import _qkv_rope_kernel  # noqa: E402
+from kernels.tuning import config_for  # noqa: E402
+
+TARGET = GPUTarget("cuda", 90, 32)
+
+
+def compile_one(name, fn, sig: dict, const: dict, num_warps: int, num_stages: int) -> dict:
+    sig = dict(sig, **{k: "constexpr" for k in const})
+    src = ASTSource(fn, sig, constexprs={(fn.arg_names.index(k),): v for k, v in const.items()})
+    k = triton.compile(src, target=TARGET, options=dict(num_warps=num_warps, num_stages=num_stages))
+    ptx = k.asm["ptx"]
+    return {"kernel": name, "prefetch": ptx.count("prefetch.global.L2"), "griddepcontrol": ptx.count("griddepcontrol"),
+            "shared": k.metadata.shared}
+
+
+def main() -> int:
+    D, F, V, H, KVH, HD, CAP = 576, 1536, 49152, 9, 3, 64, 4224
+    lin = {"x_ptr": "*fp32", "x_stride": "i32", "norm_ptr": "*fp32", "w_ptr": "*bf16", "up_ptr": "*bf16", "bias_ptr": "*bf16",
+           "res_ptr": "*fp32", "res_stride": "i32", "out_ptr": "*fp32", "out_stride": "i32", "M": "i32", "N": "i32",
+           "K": "i32", "eps": "fp32"}
+    out = []
+    for kind, n, k, norm, swiglu, res in [("linear", D, D, False, False, True), ("swiglu", F, D, True, True, False),
+                                          ("linear", D, F, False, False, True), ("lm_head", V, D, True, False, False)]:
+        cfg = config_for(kind, n, k)
+        lines = prefetch_lines(cfg.block_n * k * 2) if kind != "lm_head" else 0
+        const = dict(HAS_NORM=norm, SWIGLU=swiglu, HAS_RES=res, HAS_BIAS=False, IEEE=False, UPCAST=False, BLOCK_M=BLOCK_M,
+                     BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, PREFETCH_LINES=lines, ELEM_BYTES=2, USE_PDL=True)
+        out.append(compile_one(f"fused_linear {kind} {n}x{k}", _fused_linear_kernel, lin, const, cfg.num_warps, cfg.num_stages))
+    qkv = {"x_ptr": "*fp32", "x_stride": "i32", "norm_ptr": "*fp32", "w_ptr": "*bf16", "b_ptr": "*bf16", "qn_ptr": "*fp32",
+           "kn_ptr": "*fp32", "cos_ptr": "*fp32", "sin_ptr": "*fp32", "pos_ptr": "*i32", "q_ptr": "*bf16",
+           "k_cache_ptr": "*bf16", "v_cache_ptr": "*bf16", "cache_head_stride": "i32", "M": "i32", "K": "i32",
+           "eps": "fp32", "H": "i32", "KVH": "i32"}
+    cfg = config_for("qkv", (H + 2 * KVH) * HD, D)
+    for sub in (1, 2):
+        const = dict(HD=HD, HAS_BIAS=False, HAS_QKNORM=False, IEEE=False, UPCAST=False, BLOCK_M=BLOCK_M, BLOCK_K=cfg.block_k,
+                     SUB=sub, PREFETCH_LINES=prefetch_lines(HD // 2 // sub * D * 2), ELEM_BYTES=2, USE_PDL=True)
+        out.append(compile_one(f"qkv_rope sub {sub}", _qkv_rope_kernel, qkv, const, cfg.num_warps, cfg.num_stages))
+    att = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "start_ptr": "*i32", "end_ptr": "*i32", "out_ptr": "*fp32",
+           "lse_ptr": "*fp32", "M": "i32", "H": "i32", "CAP": "i32", "cache_head_stride": "i32", "n_splits": "i32",
+           "scale_log2": "fp32"}
+    cfg = config_for("attn", H, HD)
+    split = 64
+    const = dict(G=H // KVH, HD=HD, SPLIT=split, BLOCK_R=32, BLOCK_KV=min(cfg.block_k, split), IEEE=False, UPCAST=False,
+                 PREFETCH_LINES=prefetch_lines(split * HD * 2), ELEM_BYTES=2, USE_PDL=True)
+    out.append(compile_one("attention split", _attn_split_kernel, att, const, cfg.num_warps, cfg.num_stages))
+    comb = {"part_ptr": "*fp32", "lse_ptr": "*fp32", "out_ptr": "*bf16", "H": "i32", "n_splits": "i32"}
+    out.append(compile_one("attention combine", _attn_combine_kernel, comb,
+                           dict(HD=HD, BLOCK_S=triton.next_power_of_2(triton.cdiv(CAP, split)), USE_PDL=True), 4, 1))
+    for r in out:
+        print(json.dumps(r))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

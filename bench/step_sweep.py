@@ -1,0 +1,166 @@
+"""Time the whole captured decode/verify step on the GPU, and search the step kernels' launch
+configurations by that time (random weights in the bundled model's shape: speed does not depend on
+the values, so nothing needs staging). Prints JSON lines.
+
+    python bench/step_sweep.py [--sweep] [--tree PATH] [--contexts 1024,4096]
+
+- Without --sweep: the step (1 row and 7 rows) at each context with the table of kernels/tuning.py,
+  with programmatic dependent launch on and off (DSPARK_PDL=0).
+- --sweep: coordinate descent at the last context, 1 row: each kind's candidates in turn, the best
+  kept, then the table and the best found, side by side at every context. The last line is the best
+  table, ready for kernels/tuning.py.
+- --tree PATH: import engine/ and kernels/ from another checkout (the previous main), to time its
+  step with this same clock.
+
+A step is one CUDA-graph replay of Transformer.step (every layer's kernels and the LM head, not the
+greedy commit or the host); the figure is the median over 5 batches of 200 replays, in microseconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _args():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tree", default=None, help="import engine/ and kernels/ from this checkout")
+    ap.add_argument("--contexts", default="1024,4096")
+    ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--replays", type=int, default=200)
+    return ap.parse_args()
+
+
+ARGS = _args()
+sys.path.insert(0, str(_ROOT / "tests" / "gpu"))
+sys.path.insert(0, str(Path(ARGS.tree).resolve() if ARGS.tree else _ROOT))
+
+import torch  # noqa: E402
+
+from engine.model import StepIO, Transformer  # noqa: E402
+from kernels import common, tuning  # noqa: E402
+from models import random_model  # noqa: E402
+
+SHAPES = {  # (kind, N, K) of the bundled model's step kernels
+    "qkv": ("qkv", 960, 576), "o_proj": ("linear", 576, 576), "gate_up": ("swiglu", 1536, 576),
+    "down": ("linear", 576, 1536), "attn": ("attn", 9, 64), "lm_head": ("lm_head", 49152, 576),
+}
+LC = tuning.LaunchConfig
+CANDIDATES = {
+    "qkv": [LC(block_n=bn, block_k=bk, num_warps=w, num_stages=s) for bn in (0, 16) for bk in (64, 128)
+            for w, s in ((4, 4), (2, 4))],
+    "o_proj": [LC(block_n=bn, block_k=bk, num_warps=w, num_stages=s) for bn in (16, 32) for bk in (64, 128, 192)
+               for w, s in ((4, 4), (2, 3))],
+    "gate_up": [LC(block_n=bn, block_k=bk, num_warps=w, num_stages=s) for bn in (16, 32) for bk in (64, 128)
+                for w, s in ((4, 4), (4, 3), (8, 3))],
+    "down": [LC(block_n=bn, block_k=bk, num_warps=w, num_stages=s) for bn in (16, 32) for bk in (128, 256)
+             for w, s in ((2, 3), (4, 3), (4, 4))],
+    "attn": [LC(block_n=0, block_k=bk, num_warps=w, num_stages=s) for bk in (32, 64) for w, s in ((2, 2), (4, 2), (2, 3))],
+    "lm_head": [LC(block_n=bn, block_k=bk, num_warps=w, num_stages=3) for bn in (64, 128, 256) for bk in (64, 128)
+                for w in (4, 8)],
+}
+
+
+def set_pdl(on: bool) -> None:
+    if on:
+        os.environ.pop("DSPARK_PDL", None)
+    else:
+        os.environ["DSPARK_PDL"] = "0"
+    if hasattr(common, "_pdl_on"):
+        common._pdl_on.cache_clear()
+
+
+def step_us(model: Transformer, ctx: int, rows: int, replays: int) -> float:
+    cap = -(-(ctx + 256 + 64) // 1024) * 1024
+    cache = model.new_cache(cap)
+    io = StepIO(model, cap)
+    io.set_rows(list(range(1000, 1000 + rows)), ctx)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            model.step(io, rows, cache)  # compiles, and warms up
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        model.step(io, rows, cache)
+    for _ in range(20):
+        g.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(5):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(replays):
+            g.replay()
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b) * 1000 / replays)
+    del g, cache, io
+    return statistics.median(times)
+
+
+def emit(**kw) -> None:
+    print(json.dumps(kw), flush=True)
+
+
+def main() -> int:
+    if not torch.cuda.is_available():
+        print("step_sweep: needs CUDA", file=sys.stderr)
+        return 2
+    loaded = random_model()
+    model = Transformer(loaded.config, loaded.weights, "cuda")
+    contexts = [int(c) for c in ARGS.contexts.split(",")]
+    tree = str(ARGS.tree or "this tree")
+    if not ARGS.sweep:
+        for pdl in (True, False):
+            set_pdl(pdl)
+            for ctx in contexts:
+                for rows in (1, 7):
+                    emit(tree=tree, pdl=pdl, ctx=ctx, rows=rows, us=step_us(model, ctx, rows, ARGS.replays))
+        set_pdl(True)
+        return 0
+    set_pdl(True)
+    table = dict(tuning.TABLE)
+    ctx = contexts[-1]
+    best_us = step_us(model, ctx, 1, ARGS.replays)
+    emit(tree=tree, sweep="start", ctx=ctx, us=best_us, table={k: asdict(tuning.config_for(*s)) for k, s in SHAPES.items()})
+    for name, shape in SHAPES.items():
+        for cand in CANDIDATES[name]:
+            if cand == tuning.config_for(*shape):
+                continue
+            old = tuning.TABLE.get(shape)
+            tuning.TABLE[shape] = cand
+            try:
+                us = step_us(model, ctx, 1, ARGS.replays)
+            except Exception as exc:  # a configuration that does not compile (shared memory, registers)
+                emit(kernel=name, cfg=asdict(cand), error=str(exc).splitlines()[0][:160])
+                us = float("inf")
+            emit(kernel=name, cfg=asdict(cand), ctx=ctx, us=us)
+            if us < best_us * 0.995:  # a real gain, not replay noise
+                best_us = us
+            elif old is None:
+                del tuning.TABLE[shape]
+            else:
+                tuning.TABLE[shape] = old
+    best = dict(tuning.TABLE)
+    for label, t in (("table", table), ("best", best)):
+        tuning.TABLE.clear()
+        tuning.TABLE.update(t)
+        for c in contexts:
+            for rows in (1, 7):
+                emit(tree=tree, config=label, ctx=c, rows=rows, us=step_us(model, c, rows, ARGS.replays))
+    emit(best_table={f"{k[0]}:{k[1]}x{k[2]}": asdict(v) for k, v in best.items()},
+         changed=[f"{k[0]}:{k[1]}x{k[2]}" for k in best if table.get(k) != best[k]])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
