@@ -10,6 +10,7 @@
 #   bash bench/gpu_ruler_check.sh pdlcheck   bench/pdl_check.py: programmatic dependent launch on / off
 #                                            (branches nopdl and pdl: the same, scored with scorebase)
 #   bash bench/gpu_ruler_check.sh calibrate  evalbot calibrate --profile gpu on main (A/A)
+#   bash bench/gpu_ruler_check.sh calibratebase A   the same on branch A (e.g. prevmain, see setup)
 #   bash bench/gpu_ruler_check.sh score B    evalbot score --profile gpu --base main --head B
 #   bash bench/gpu_ruler_check.sh scorebase A B   the same with --base A (noprefill prefill: the captured
 #                                            prefill, an honest engine improvement, scored as a PR)
@@ -107,6 +108,15 @@ PY
     $'        if True:  # noprefill: the eager prefill\n            return None\n' "the captured prefill"
   off_on nopdl pdl unstall kernels/common.py $'    if os.environ.get("DSPARK_PDL", "1") == "0" or UPCAST_DOT:\n' \
     $'    if True:  # nopdl: programmatic dependent launch off\n' "programmatic dependent launch"
+  # With .devstage/base.tgz (git archive of the previous main's engine, kernels, harness, bench and
+  # tests/gpu): prevmain = the unstalled engine with kernels/ as the previous main has them, thismain =
+  # prevmain with this tree's kernels/ (the session's kernel change, scored as a PR).
+  if [ -f "$TREE/.devstage/base.tgz" ]; then
+    git checkout -qb prevmain unstall && rm -rf kernels && tar -xzf "$TREE/.devstage/base.tgz" kernels \
+      && git add -A kernels && git commit -qm "prevmain: kernels/ as the previous main has them" \
+      && git checkout -qb thismain && git checkout -q unstall -- kernels && git commit -qam "thismain: this tree's kernels/" \
+      && git checkout -q main
+  fi
   git log --oneline --all | head -n 20
   cd "$TREE"
 }
@@ -124,8 +134,9 @@ tools() {
   cp "$OUT/guard.out" "$OUT/guard.jsonl"
 }
 
-calibrate() {
-  (cd "$SCR" && timed calibrate python3 -m evalbot calibrate --repo . --base main --profile gpu --no-progress \
+calibrate() {  # calibrate [BASE]: A/A of BASE (default main), written as calibrate[-BASE]
+  local base=${1:-main} name=calibrate${1:+-$1}
+  (cd "$SCR" && timed "$name" python3 -m evalbot calibrate --repo . --base "$base" --profile gpu --no-progress \
       ${BUDGET:+--budget "$BUDGET"})
   cp "$SCR/.evalbot/noise-floor.json" "$OUT/" 2>/dev/null || true
 }
@@ -149,6 +160,7 @@ while [ $# -gt 0 ]; do
     tools) tools ;;
     pdlcheck) pdlcheck ;;
     calibrate) calibrate ;;
+    calibratebase) shift; calibrate "$1" ;;  # calibratebase BASE: the A/A floor of BASE's engine
     score) shift; score "$1" ;;
     scorebase) shift; score "$2" "$1"; shift ;;  # scorebase BASE HEAD
     budget) shift; BUDGET=$1 ;;  # the budget (s) of the steps that follow

@@ -35,6 +35,12 @@ def _args():
     ap.add_argument("--contexts", default="1024,4096")
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--replays", type=int, default=200)
+    ap.add_argument("--table", default=None, help="JSON {\"kind:NxK\": {block_n, block_k, num_warps, num_stages}} put into "
+                    "kernels.tuning.TABLE first (a sweep's best_table line)")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="also each step kernel alone: one launch per layer in one graph, microseconds per launch")
+    ap.add_argument("--kinds", default=None, help="with --sweep: only these kernels (comma-separated names of SHAPES)")
+    ap.add_argument("--prefetch-off", action="store_true", help="also every figure with DSPARK_L2_PREFETCH=0")
     return ap.parse_args()
 
 
@@ -68,6 +74,80 @@ CANDIDATES = {
 }
 
 
+def set_prefetch(on: bool) -> None:
+    if on:
+        os.environ.pop("DSPARK_L2_PREFETCH", None)
+    else:
+        os.environ["DSPARK_L2_PREFETCH"] = "0"
+    if hasattr(common, "_prefetch_env_on"):
+        common._prefetch_env_on.cache_clear()
+
+
+def load_table(text: str) -> None:
+    for key, cfg in json.loads(text).items():
+        kind, nk = key.split(":")
+        n, k = (int(v) for v in nk.split("x"))
+        tuning.TABLE[(kind, n, k)] = tuning.LaunchConfig(**cfg)
+
+
+def time_graph(fn, replays: int) -> float:
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    for _ in range(20):
+        g.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(5):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(replays):
+            g.replay()
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b) * 1000 / replays)
+    del g
+    return statistics.median(times)
+
+
+def breakdown(model: Transformer, ctx: int, replays: int) -> dict[str, float]:
+    """Each kernel kind alone: one launch per layer (that layer's weights, from HBM) in one graph."""
+    from kernels.decode_attention import attention_triton
+    from kernels.fused_linear import fused_linear_triton
+    from kernels.qkv_rope import qkv_rope_triton
+
+    c = model.config
+    L = model.layers
+    cap = -(-(ctx + 256 + 64) // 1024) * 1024
+    cache = model.new_cache(cap)
+    io = StepIO(model, cap)
+    dev = "cuda"
+    x = torch.randn(1, c.dim, device=dev)
+    a = torch.randn(1, c.q_dim, device=dev, dtype=model.dtype)
+    h = torch.randn(1, c.ffn_dim, device=dev, dtype=model.dtype)
+    q = torch.randn(1, c.n_heads, c.head_dim, device=dev, dtype=model.dtype)
+    pos = torch.tensor([ctx], device=dev, dtype=torch.int32)
+    st = torch.zeros(1, dtype=torch.int32, device=dev)
+    en = torch.tensor([ctx + 1], dtype=torch.int32, device=dev)
+    kinds = {
+        "qkv": lambda: [qkv_rope_triton(x, lw.attn_norm, lw.wqkv, None, None, None, model.cos, model.sin, pos, cache.k[i, 0],
+                                        cache.v[i, 0], c.n_heads, c.n_kv_heads, c.norm_eps) for i, lw in enumerate(L)],
+        "attn": lambda: [attention_triton(q, cache.k[i, 0], cache.v[i, 0], st, en, io.workspace) for i in range(c.n_layers)],
+        "o_proj": lambda: [fused_linear_triton(a, lw.wo, residual=x) for lw in L],
+        "gate_up": lambda: [fused_linear_triton(x, lw.w_gate, norm_weight=lw.ffn_norm, eps=c.norm_eps, up_weight=lw.w_up,
+                                                out_dtype=model.dtype) for lw in L],
+        "down": lambda: [fused_linear_triton(h, lw.w_down, residual=x) for lw in L],
+        "lm_head": lambda: [fused_linear_triton(x, model.lm_head, norm_weight=model.norm, eps=c.norm_eps, out_dtype=torch.float32)],
+    }
+    return {k: time_graph(fn, replays) / (1 if k == "lm_head" else c.n_layers) for k, fn in kinds.items()}
+
+
 def set_pdl(on: bool) -> None:
     if on:
         os.environ.pop("DSPARK_PDL", None)
@@ -82,29 +162,9 @@ def step_us(model: Transformer, ctx: int, rows: int, replays: int) -> float:
     cache = model.new_cache(cap)
     io = StepIO(model, cap)
     io.set_rows(list(range(1000, 1000 + rows)), ctx)
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(2):
-            model.step(io, rows, cache)  # compiles, and warms up
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        model.step(io, rows, cache)
-    for _ in range(20):
-        g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(5):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(replays):
-            g.replay()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b) * 1000 / replays)
-    del g, cache, io
-    return statistics.median(times)
+    us = time_graph(lambda: model.step(io, rows, cache), replays)
+    del cache, io
+    return us
 
 
 def emit(**kw) -> None:
@@ -119,13 +179,19 @@ def main() -> int:
     model = Transformer(loaded.config, loaded.weights, "cuda")
     contexts = [int(c) for c in ARGS.contexts.split(",")]
     tree = str(ARGS.tree or "this tree")
+    if ARGS.table:
+        load_table(ARGS.table)
     if not ARGS.sweep:
-        for pdl in (True, False):
+        for pdl, pf in ((True, True), (False, True)) + (((True, False),) if ARGS.prefetch_off else ()):
             set_pdl(pdl)
+            set_prefetch(pf)
             for ctx in contexts:
                 for rows in (1, 7):
-                    emit(tree=tree, pdl=pdl, ctx=ctx, rows=rows, us=step_us(model, ctx, rows, ARGS.replays))
+                    emit(tree=tree, pdl=pdl, prefetch=pdl and pf, ctx=ctx, rows=rows, us=step_us(model, ctx, rows, ARGS.replays))
+            if ARGS.breakdown and pdl:
+                emit(tree=tree, pdl=pdl, prefetch=pf, ctx=contexts[-1], breakdown_us=breakdown(model, contexts[-1], ARGS.replays))
         set_pdl(True)
+        set_prefetch(True)
         return 0
     set_pdl(True)
     table = dict(tuning.TABLE)
@@ -133,6 +199,8 @@ def main() -> int:
     best_us = step_us(model, ctx, 1, ARGS.replays)
     emit(tree=tree, sweep="start", ctx=ctx, us=best_us, table={k: asdict(tuning.config_for(*s)) for k, s in SHAPES.items()})
     for name, shape in SHAPES.items():
+        if ARGS.kinds and name not in ARGS.kinds.split(","):
+            continue
         for cand in CANDIDATES[name]:
             if cand == tuning.config_for(*shape):
                 continue

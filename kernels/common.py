@@ -43,6 +43,16 @@ def _pdl_on(device_index: int) -> bool:
     return torch.cuda.get_device_capability(device_index)[0] >= 9
 
 
+@functools.cache
+def _prefetch_env_on() -> bool:
+    return os.environ.get("DSPARK_L2_PREFETCH", "1") != "0"
+
+
+def prefetch_on(pdl: dict) -> bool:
+    """Whether a launch with these `pdl_args` prefetches (DSPARK_L2_PREFETCH=0: not; a bench switch)."""
+    return pdl["USE_PDL"] and _prefetch_env_on()
+
+
 def pdl_args(t: torch.Tensor) -> dict:
     """The launch keywords of a step kernel whose tensors live where `t` does."""
     if t.is_cuda and _pdl_on(t.device.index if t.device.index is not None else torch.cuda.current_device()):

@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import UPCAST_DOT, l2_prefetch, mma, pdl_args, pdl_start, prefetch_lines
+from kernels.common import UPCAST_DOT, l2_prefetch, mma, pdl_args, pdl_start, prefetch_lines, prefetch_on
 
 from kernels.rmsnorm import rmsnorm_reference
 from kernels.tuning import config_for
@@ -69,9 +69,10 @@ def _fused_linear_kernel(
     m_mask = rm < M
     n_mask = rn < N
     # RMSNorm folded into the product: norm(x) @ W^T = rstd * ((x * w_norm) @ W^T), rstd per row, so the
-    # sum of squares is gathered in the same K walk as the product (no pass over x before it).
+    # squares are gathered in the same K walk as the product (no pass over x before it), elementwise,
+    # and summed across K once after the walk (no reduction across threads inside it).
     if HAS_NORM:
-        ss = tl.zeros([BLOCK_M], dtype=tl.float32)
+        sq = tl.zeros([BLOCK_M, BLOCK_K], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     if SWIGLU:
         acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
@@ -81,7 +82,7 @@ def _fused_linear_kernel(
         xv = tl.load(x_ptr + rm[:, None] * x_stride + kk[None, :], mask=m_mask[:, None] & k_mask[None, :], other=0.0)
         if HAS_NORM:
             xf = xv.to(tl.float32)
-            ss += tl.sum(xf * xf, axis=1)
+            sq += xf * xf
             nw = tl.load(norm_ptr + kk, mask=k_mask, other=0.0).to(tl.float32)
             xv = xf * nw[None, :]
         a = xv.to(w_ptr.dtype.element_ty)
@@ -91,7 +92,7 @@ def _fused_linear_kernel(
             u = tl.load(up_ptr + rn[:, None] * K + kk[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0)
             acc_up = mma(a, tl.trans(u), acc_up, IEEE, UPCAST)
     if HAS_NORM:
-        rstd = 1.0 / tl.sqrt(ss / K + eps)
+        rstd = 1.0 / tl.sqrt(tl.sum(sq, axis=1) / K + eps)
         acc = acc * rstd[:, None]
         if SWIGLU:
             acc_up = acc_up * rstd[:, None]
@@ -130,7 +131,7 @@ def fused_linear_triton(
     dummy = weight
     pdl = pdl_args(x)
     # the LM head streams more than L2 holds: prefetching all of it at once would only evict
-    lines = prefetch_lines(cfg.block_n * k * weight.element_size()) if pdl["USE_PDL"] and kind != "lm_head" else 0
+    lines = prefetch_lines(cfg.block_n * k * weight.element_size()) if prefetch_on(pdl) and kind != "lm_head" else 0
     _fused_linear_kernel[(triton.cdiv(n, cfg.block_n),)](
         x, x.stride(0), norm_weight if norm_weight is not None else dummy, weight,
         up_weight if up_weight is not None else dummy, bias if bias is not None else dummy,

@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import UPCAST_DOT, l2_prefetch, mma, pdl_args, pdl_start, prefetch_lines
+from kernels.common import UPCAST_DOT, l2_prefetch, mma, pdl_args, pdl_start, prefetch_lines, prefetch_on
 
 from kernels.fused_linear import BLOCK_M
 from kernels.rmsnorm import rmsnorm_reference
@@ -91,21 +91,21 @@ def _qkv_rope_kernel(
     rk = tl.arange(0, BLOCK_K)
     m_mask = rm < M
     # RMSNorm folded into the product (see fused_linear.py): rstd applied after the K walk.
-    ss = tl.zeros([BLOCK_M], dtype=tl.float32)
+    sq = tl.zeros([BLOCK_M, BLOCK_K], dtype=tl.float32)
     acc1 = tl.zeros([BLOCK_M, HB], dtype=tl.float32)
     acc2 = tl.zeros([BLOCK_M, HB], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         kk = k0 + rk
         k_mask = kk < K
         xv = tl.load(x_ptr + rm[:, None] * x_stride + kk[None, :], mask=m_mask[:, None] & k_mask[None, :], other=0.0).to(tl.float32)
-        ss += tl.sum(xv * xv, axis=1)
+        sq += xv * xv
         nw = tl.load(norm_ptr + kk, mask=k_mask, other=0.0).to(tl.float32)
         a = (xv * nw[None, :]).to(w_ptr.dtype.element_ty)
         w1 = tl.load(w_ptr + (row0 + rh)[:, None] * K + kk[None, :], mask=k_mask[None, :], other=0.0)
         w2 = tl.load(w_ptr + (row0 + HALF + rh)[:, None] * K + kk[None, :], mask=k_mask[None, :], other=0.0)
         acc1 = mma(a, tl.trans(w1), acc1, IEEE, UPCAST)
         acc2 = mma(a, tl.trans(w2), acc2, IEEE, UPCAST)
-    rstd = 1.0 / tl.sqrt(ss / K + eps)
+    rstd = 1.0 / tl.sqrt(tl.sum(sq, axis=1) / K + eps)
     acc1 = acc1 * rstd[:, None]
     acc2 = acc2 * rstd[:, None]
     if HAS_BIAS:
@@ -174,7 +174,7 @@ def qkv_rope_triton(
     # product's tile); a per-head RMSNorm (qk_norm) needs the whole head in one program
     sub = 1 if (q_norm is not None or not cfg.block_n) else max(1, (hd // 2) // max(cfg.block_n, 16))
     pdl = pdl_args(x)
-    lines = prefetch_lines((hd // 2 // sub) * k * wqkv.element_size()) if pdl["USE_PDL"] else 0
+    lines = prefetch_lines((hd // 2 // sub) * k * wqkv.element_size()) if prefetch_on(pdl) else 0
     _qkv_rope_kernel[((n_heads + 2 * n_kv_heads) * sub,)](
         x, x.stride(0), norm_weight, wqkv, bqkv if bqkv is not None else wqkv,
         q_norm if q_norm is not None else norm_weight, k_norm if k_norm is not None else norm_weight,
