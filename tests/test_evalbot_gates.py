@@ -33,14 +33,15 @@ def test_lossless_fails_on_one_stream_that_is_not_mains_continuation():
 
 def test_one_wrong_stream_is_named_even_before_enough_were_checked():
     # the scoring stops at the first wrong stream: the reason is the wrong stream, not the count
-    r = gate_lossless(b.measurements(cells=[b.cell(streams=1, verified=0)]), TH)
+    r = gate_lossless(b.measurements(cells=[b.cell(streams=1, verified=0).model_copy(update={"pr_worst_gap": 1.75})]), TH)
     assert r.status == "fail" and "1 of 1 DSpark streams are not main's greedy continuation" in r.detail
+    assert "a token 1.75 logits below main's top; near-ties allowed within 0.05" in r.detail
 
 
 def test_lossless_reports_near_ties():
-    c = b.cell(streams=9).model_copy(update={"pr_near_ties": 2})
+    c = b.cell(streams=9).model_copy(update={"pr_near_ties": 2, "pr_worst_gap": 0.125})
     r = gate_lossless(b.measurements(cells=[c]), TH)
-    assert r.status == "pass" and "2 tokens at near-ties within 0.05 logits" in r.detail
+    assert r.status == "pass" and "2 tokens at near-ties within 0.05 logits, the widest 0.125" in r.detail
 
 
 def test_lossless_needs_enough_streams_and_fails_closed_without_any():

@@ -52,7 +52,8 @@ def gate_lossless(m: Measurements, th: Thresholds) -> GateResult:
         ties += c.pr_near_ties
         if c.pr_verified != c.pr_streams:  # one wrong stream is conclusive, however few were checked
             problems.append(f"{c.name}: {c.pr_streams - c.pr_verified} of {c.pr_streams} DSpark streams are not "
-                            "main's greedy continuation")
+                            f"main's greedy continuation (a token {c.pr_worst_gap:.3g} logits below main's top; "
+                            f"near-ties allowed within {m.verify_tolerance:g})")
         elif c.pr_streams < th.min_verified_streams:
             short.append(f"{c.name}: only {c.pr_streams} DSpark streams verified (need {th.min_verified_streams})")
     if problems:
@@ -63,7 +64,9 @@ def gate_lossless(m: Measurements, th: Thresholds) -> GateResult:
     detail = (f"all {total} DSpark streams are main's greedy continuation, token by token, teacher-forced by main's "
               "engine in main's own process")
     if ties:
-        detail += f" ({ties} token{'s' if ties != 1 else ''} at near-ties within {m.verify_tolerance:g} logits)"
+        worst = max(c.pr_worst_gap for c in m.cells)
+        detail += (f" ({ties} token{'s' if ties != 1 else ''} at near-ties within {m.verify_tolerance:g} logits, "
+                   f"the widest {worst:.3g})")
     return GateResult(gate="lossless", title=title, status="pass", detail=detail)
 
 

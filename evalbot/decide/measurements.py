@@ -51,6 +51,7 @@ class CellSummary(BaseModel):
     pr_streams: int = 0
     pr_verified: int = 0
     pr_near_ties: int = 0  # tokens that differ from main's argmax within the near-tie tolerance
+    pr_worst_gap: float = 0.0  # the largest gap (logits below main's top) of a PR token that is not main's argmax
     main_streams: int = 0
     main_verified: int = 0
     # the PR's AR streams against main's on the same windows (reported, not gated)
@@ -201,6 +202,7 @@ def summarize(records: Records, *, noise: NoiseFloor, integrity: IntegritySettin
         c.pr_streams = sum(1 for v in mine if v.ref == "head")
         c.pr_verified = sum(1 for v in mine if v.ref == "head" and not v.mismatches)
         c.pr_near_ties = sum(len(v.near_ties) for v in mine if v.ref == "head")
+        c.pr_worst_gap = max((v.worst_gap for v in mine if v.ref == "head"), default=0.0)
         c.main_streams = sum(1 for v in mine if v.ref == "base")
         c.main_verified = sum(1 for v in mine if v.ref == "base" and not v.mismatches)
         c.block_size = next((p.block_size for p in records.processes if p.block_size), None)
