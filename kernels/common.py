@@ -48,9 +48,17 @@ def _prefetch_env_on() -> bool:
     return os.environ.get("DSPARK_L2_PREFETCH", "1") != "0"
 
 
-def prefetch_on(pdl: dict) -> bool:
-    """Whether a launch with these `pdl_args` prefetches (DSPARK_L2_PREFETCH=0: not; a bench switch)."""
-    return pdl["USE_PDL"] and _prefetch_env_on()
+# Prefetching pays where a kernel is latency-bound: a few MB at most (the bundled model's matrices are
+# <= 1.8 MB, a layer's keys and values at 8k 7 MB). A kernel that streams tens of MB is bandwidth-bound;
+# prefetching all of it while the previous kernel streams its own only competes for DRAM and L2 (the
+# 1B guard shape, whose matrices are 8-34 MB, decoded 17 % slower with it).
+PREFETCH_MAX_BYTES = 8 << 20
+
+
+def prefetch_on(pdl: dict, kernel_bytes: int) -> bool:
+    """Whether a launch with these `pdl_args`, whose programs read `kernel_bytes` of weights or cache in
+    all, prefetches them (DSPARK_L2_PREFETCH=0: never; a bench switch)."""
+    return pdl["USE_PDL"] and kernel_bytes <= PREFETCH_MAX_BYTES and _prefetch_env_on()
 
 
 def pdl_args(t: torch.Tensor) -> dict:

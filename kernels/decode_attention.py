@@ -174,7 +174,7 @@ def attention_triton(
     block_r = max(16, triton.next_power_of_2(workspace.max_rows * g))
     ns = workspace.n_splits
     pdl = pdl_args(q)
-    lines = prefetch_lines(split * d * k_cache.element_size()) if prefetch_on(pdl) else 0
+    lines = prefetch_lines(split * d * k_cache.element_size()) if prefetch_on(pdl, k_cache.nbytes + v_cache.nbytes) else 0
     _attn_split_kernel[(kvh, ns)](
         q, k_cache, v_cache, kv_start, kv_end, workspace.part, workspace.lse,
         m, h, cap, k_cache.stride(0), ns, scale * LOG2E,

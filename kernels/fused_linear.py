@@ -130,8 +130,8 @@ def fused_linear_triton(
     cfg = config_for(kind, n, k)
     dummy = weight
     pdl = pdl_args(x)
-    # the LM head streams more than L2 holds: prefetching all of it at once would only evict
-    lines = prefetch_lines(cfg.block_n * k * weight.element_size()) if prefetch_on(pdl) and kind != "lm_head" else 0
+    # only where the kernel is latency-bound (common.PREFETCH_MAX_BYTES): never the LM head
+    lines = prefetch_lines(cfg.block_n * k * weight.element_size()) if prefetch_on(pdl, weight.nbytes * (2 if up_weight is not None else 1)) else 0
     _fused_linear_kernel[(triton.cdiv(n, cfg.block_n),)](
         x, x.stride(0), norm_weight if norm_weight is not None else dummy, weight,
         up_weight if up_weight is not None else dummy, bias if bias is not None else dummy,

@@ -174,7 +174,7 @@ def qkv_rope_triton(
     # product's tile); a per-head RMSNorm (qk_norm) needs the whole head in one program
     sub = 1 if (q_norm is not None or not cfg.block_n) else max(1, (hd // 2) // max(cfg.block_n, 16))
     pdl = pdl_args(x)
-    lines = prefetch_lines((hd // 2 // sub) * k * wqkv.element_size()) if prefetch_on(pdl) else 0
+    lines = prefetch_lines((hd // 2 // sub) * k * wqkv.element_size()) if prefetch_on(pdl, wqkv.nbytes) else 0
     _qkv_rope_kernel[((n_heads + 2 * n_kv_heads) * sub,)](
         x, x.stride(0), norm_weight, wqkv, bqkv if bqkv is not None else wqkv,
         q_norm if q_norm is not None else norm_weight, k_norm if k_norm is not None else norm_weight,
