@@ -1,5 +1,5 @@
 """Compile every step kernel for the H200 (sm_90) on a machine without a GPU, with programmatic dependent
-launch and the L2 prefetch on, in the bundled model's shapes and the launch configurations of
+launch (and, where the kernels have it, the L2 prefetch) on, in the bundled model's shapes and the launch configurations of
 kernels/tuning.py; prints, per kernel, how many prefetch and griddepcontrol instructions its PTX has.
 Catches what the CPU interpreter cannot see (PTX, inline assembly, shared memory) before a device call.
 
@@ -21,7 +21,6 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from kernels.common import prefetch_lines  # noqa: E402
 from kernels.decode_attention import _attn_combine_kernel, _attn_split_kernel  # noqa: E402
 from kernels.fused_linear import BLOCK_M, _fused_linear_kernel  # noqa: E402
 from kernels.qkv_rope import _qkv_rope_kernel  # noqa: E402
@@ -31,12 +30,17 @@ TARGET = GPUTarget("cuda", 90, 32)
 
 
 def compile_one(name, fn, sig: dict, const: dict, num_warps: int, num_stages: int) -> dict:
+    const = {k: v for k, v in const.items() if k in fn.arg_names}  # kernels without the prefetch take fewer
     sig = dict(sig, **{k: "constexpr" for k in const})
     src = ASTSource(fn, sig, constexprs={(fn.arg_names.index(k),): v for k, v in const.items()})
     k = triton.compile(src, target=TARGET, options=dict(num_warps=num_warps, num_stages=num_stages))
     ptx = k.asm["ptx"]
     return {"kernel": name, "prefetch": ptx.count("prefetch.global.L2"), "griddepcontrol": ptx.count("griddepcontrol"),
             "shared": k.metadata.shared}
+
+
+def prefetch_lines(n_bytes: int) -> int:  # kernels.common's, where the kernels have the L2 prefetch
+    return triton.next_power_of_2(max(1, -(-n_bytes // 128)))
 
 
 def main() -> int:
@@ -57,7 +61,7 @@ def main() -> int:
            "k_cache_ptr": "*bf16", "v_cache_ptr": "*bf16", "cache_head_stride": "i32", "M": "i32", "K": "i32",
            "eps": "fp32", "H": "i32", "KVH": "i32"}
     cfg = config_for("qkv", (H + 2 * KVH) * HD, D)
-    for sub in (1, 2):
+    for sub in ((1, 2) if "SUB" in _qkv_rope_kernel.arg_names else (1,)):
         const = dict(HD=HD, HAS_BIAS=False, HAS_QKNORM=False, IEEE=False, UPCAST=False, BLOCK_M=BLOCK_M, BLOCK_K=cfg.block_k,
                      SUB=sub, PREFETCH_LINES=prefetch_lines(HD // 2 // sub * D * 2), ELEM_BYTES=2, USE_PDL=True)
         out.append(compile_one(f"qkv_rope sub {sub}", _qkv_rope_kernel, qkv, const, cfg.num_warps, cfg.num_stages))
