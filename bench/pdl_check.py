@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 from pathlib import Path
@@ -29,15 +28,7 @@ import torch  # noqa: E402
 from engine.dspark import attach_drafter  # noqa: E402
 from engine.generate import Engine  # noqa: E402
 from engine.loader import load_model  # noqa: E402
-from kernels import common  # noqa: E402
-
-
-def _set_pdl(on: bool) -> None:
-    if on:
-        os.environ.pop("DSPARK_PDL", None)
-    else:
-        os.environ["DSPARK_PDL"] = "0"
-    common._pdl_on.cache_clear()
+from gpu_timing import set_switch  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     loaded = load_model(args.model)
     engines = {}
     for on in (True, False):
-        _set_pdl(on)
+        set_switch("DSPARK_PDL", on)
         e = Engine(loaded=loaded, device=args.device)
         attach_drafter(e)
         engines[on] = e
@@ -79,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
             for rep in range(-1, args.reps):  # rep -1: warm-up (captures), not kept
                 window = ids[(rep + 1) * (ctx + args.new):][:ctx]
                 for on in ((True, False) if rep % 2 else (False, True)):
-                    _set_pdl(on)
+                    set_switch("DSPARK_PDL", on)
                     e = engines[on]
                     ar = e.generate(window, args.new, stop_at_eos=False)
                     ds = e.generate(window, args.new, dspark=True, stop_at_eos=False)
@@ -99,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
                 "dspark_ratio": med[True]["dspark"] / med[False]["dspark"],
                 "dspark_over_ar": med[True]["dspark"] / med[True]["ar"],
             }), flush=True)
-    _set_pdl(True)
+    set_switch("DSPARK_PDL", True)
     return 0
 
 
@@ -113,21 +104,21 @@ def _random_ar(args) -> int:
     settings = [args.only == "on"] if args.only else [True, False]
     engines = {}
     for on in settings:
-        _set_pdl(on)
+        set_switch("DSPARK_PDL", on)
         engines[on] = Engine(loaded=loaded, device=args.device)
     for ctx in (int(c) for c in args.contexts.split(",")):
         ids = random_ids(ctx, loaded.config.vocab_size, seed=ctx)
         tps: dict[bool, list[float]] = {on: [] for on in settings}
         for rep in range(-1, args.reps):
             for on in settings:
-                _set_pdl(on)
+                set_switch("DSPARK_PDL", on)
                 r = engines[on].generate(ids, args.new, stop_at_eos=False)
                 if rep >= 0:
                     tps[on].append(len(r.tokens) / r.decode_s)
         print(json.dumps({"ctx": ctx, "random_weights": True, "engines_in_process": len(settings),
                           **{("ar_tps_pdl" if on else "ar_tps_no_pdl"): statistics.median(v) for on, v in tps.items()}}),
               flush=True)
-    _set_pdl(True)
+    set_switch("DSPARK_PDL", True)
     return 0
 
 

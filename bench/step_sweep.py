@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import statistics
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -51,7 +49,8 @@ sys.path.insert(0, str(Path(ARGS.tree).resolve() if ARGS.tree else _ROOT))
 import torch  # noqa: E402
 
 from engine.model import StepIO, Transformer  # noqa: E402
-from kernels import common, tuning  # noqa: E402
+from gpu_timing import set_switch, time_graph  # noqa: E402
+from kernels import tuning  # noqa: E402
 from models import random_model  # noqa: E402
 
 SHAPES = {  # (kind, N, K) of the bundled model's step kernels
@@ -74,46 +73,11 @@ CANDIDATES = {
 }
 
 
-def set_prefetch(on: bool) -> None:
-    if on:
-        os.environ.pop("DSPARK_L2_PREFETCH", None)
-    else:
-        os.environ["DSPARK_L2_PREFETCH"] = "0"
-    if hasattr(common, "_prefetch_env_on"):
-        common._prefetch_env_on.cache_clear()
-
-
 def load_table(text: str) -> None:
     for key, cfg in json.loads(text).items():
         kind, nk = key.split(":")
         n, k = (int(v) for v in nk.split("x"))
         tuning.TABLE[(kind, n, k)] = tuning.LaunchConfig(**cfg)
-
-
-def time_graph(fn, replays: int) -> float:
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    for _ in range(20):
-        g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(5):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(replays):
-            g.replay()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b) * 1000 / replays)
-    del g
-    return statistics.median(times)
 
 
 def breakdown(model: Transformer, ctx: int, replays: int) -> dict[str, float]:
@@ -148,15 +112,6 @@ def breakdown(model: Transformer, ctx: int, replays: int) -> dict[str, float]:
     return {k: time_graph(fn, replays) / (1 if k == "lm_head" else c.n_layers) for k, fn in kinds.items()}
 
 
-def set_pdl(on: bool) -> None:
-    if on:
-        os.environ.pop("DSPARK_PDL", None)
-    else:
-        os.environ["DSPARK_PDL"] = "0"
-    if hasattr(common, "_pdl_on"):
-        common._pdl_on.cache_clear()
-
-
 def step_us(model: Transformer, ctx: int, rows: int, replays: int) -> float:
     cap = -(-(ctx + 256 + 64) // 1024) * 1024
     cache = model.new_cache(cap)
@@ -183,17 +138,17 @@ def main() -> int:
         load_table(ARGS.table)
     if not ARGS.sweep:
         for pdl, pf in ((True, True), (False, True)) + (((True, False),) if ARGS.prefetch_off else ()):
-            set_pdl(pdl)
-            set_prefetch(pf)
+            set_switch("DSPARK_PDL", pdl)
+            set_switch("DSPARK_L2_PREFETCH", pf)
             for ctx in contexts:
                 for rows in (1, 7):
                     emit(tree=tree, pdl=pdl, prefetch=pdl and pf, ctx=ctx, rows=rows, us=step_us(model, ctx, rows, ARGS.replays))
             if ARGS.breakdown and pdl:
                 emit(tree=tree, pdl=pdl, prefetch=pf, ctx=contexts[-1], breakdown_us=breakdown(model, contexts[-1], ARGS.replays))
-        set_pdl(True)
-        set_prefetch(True)
+        set_switch("DSPARK_PDL", True)
+        set_switch("DSPARK_L2_PREFETCH", True)
         return 0
-    set_pdl(True)
+    set_switch("DSPARK_PDL", True)
     table = dict(tuning.TABLE)
     ctx = contexts[-1]
     best_us = step_us(model, ctx, 1, ARGS.replays)

@@ -14,30 +14,11 @@ import json
 import torch
 
 from engine.generate import Engine
+from gpu_timing import time_graph
 from kernels import tuning
 from kernels.decode_attention import AttentionWorkspace, attention_triton
 from kernels.fused_linear import fused_linear_triton
 from kernels.qkv_rope import qkv_rope_triton
-
-
-def time_graph(fn, reps: int = 30) -> float:
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    g.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        g.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) * 1000 / reps  # microseconds per replay
 
 
 def main() -> None:
@@ -71,7 +52,7 @@ def main() -> None:
         for cfg in grid:
             try:
                 with tuning.override(tk, **cfg):
-                    us = time_graph(fn)
+                    us = time_graph(fn, 30, batches=1)
             except Exception as exc:  # a config that does not compile (shared memory) is skipped
                 print(json.dumps({"kind": kind, "cfg": cfg, "error": str(exc)[:120]}), flush=True)
                 continue
@@ -82,7 +63,7 @@ def main() -> None:
             c2 = dict(cfg, num_warps=w, num_stages=st)
             try:
                 with tuning.override(tk, **c2):
-                    us2 = time_graph(fn)
+                    us2 = time_graph(fn, 30, batches=1)
             except Exception:
                 continue
             print(json.dumps({"kind": kind, "cfg": c2, "us_per_layer": us2 / len(fn())}), flush=True)
@@ -100,7 +81,7 @@ def main() -> None:
             if bkv > split:
                 continue
             with tuning.override("attn", block_k=bkv, num_warps=w):
-                us = time_graph(lambda: [attention_triton(q, cache.k[i, 0], cache.v[i, 0], st, en, ws) for i in range(c.n_layers)]) / c.n_layers
+                us = time_graph(lambda: [attention_triton(q, cache.k[i, 0], cache.v[i, 0], st, en, ws) for i in range(c.n_layers)], 30, batches=1) / c.n_layers
             att.append((us, split, bkv, w))
             print(json.dumps({"kind": "attn", "split": split, "block_kv": bkv, "num_warps": w, "us_per_layer": us}), flush=True)
     print(json.dumps({"best": {k: v for k, v in best.items()}, "best_attn": min(att)}), flush=True)

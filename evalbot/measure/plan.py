@@ -8,6 +8,19 @@ from dataclasses import dataclass
 from evalbot.settings import ProfileSettings
 
 
+# How far below main's top logit a PR's greedy token may be and still count as main's greedy
+# continuation (a near-tie, counted and shown). An engine change that rounds differently (another
+# accumulation order, a fused norm, other tiles) moves bf16 logits by up to ~0.2 where they differ most:
+# the first such change scored on the H200 (kernels, 2026-12-02) read a mean KL(main || PR) of 0.0002
+# and a max of 0.0044 over 1,024 positions, i.e. up to ~0.19 logits at a two-way tie (KL ~ d^2/8), and
+# at 0.05 one of its streams failed, a false REJECT of a lossless change (rescored at 0.5: 24 near-ties
+# in 60 streams, the widest 0.122). 0.5 is ~2.5 times the ~0.19; a
+# decoder that commits drafts unverified commits wrong drafts, which sit logits below the top, not
+# tenths. fp32 on CPU moves logits by ~1e-5.
+NEAR_TIE_GPU = 0.5
+NEAR_TIE_CPU = 1e-3
+
+
 @dataclass(frozen=True)
 class Cell:
     corpus: str
@@ -36,19 +49,7 @@ class Plan:
     hard_budget: float = 3.0  # the budget waits for every pairing (min_rounds), up to this many times itself
     startup_timeout_s: float = 900.0
     request_timeout_s: float = 300.0
-    verify_tolerance: float = 0.05
-
-
-# How far below main's top logit a PR's greedy token may be and still count as main's greedy
-# continuation (a near-tie, counted and shown). An engine change that rounds differently (another
-# accumulation order, a fused norm, other tiles) moves bf16 logits by up to ~0.2 where they differ most:
-# the first such change scored on the H200 (kernels, 2026-12-02) read a mean KL(main || PR) of 0.0002
-# and a max of 0.0044 over 1,024 positions, i.e. up to ~0.19 logits at a two-way tie (KL ~ d^2/8), and
-# at 0.05 one of its streams failed, a false REJECT of a lossless change. 0.5 is ~2.5 times that; a
-# decoder that commits drafts unverified commits wrong drafts, which sit logits below the top, not
-# tenths. fp32 on CPU moves logits by ~1e-5.
-NEAR_TIE_GPU = 0.5
-NEAR_TIE_CPU = 1e-3
+    verify_tolerance: float = NEAR_TIE_GPU
 
 
 def plan_for(name: str, p: ProfileSettings, *, gpu: bool, budget_s: float | None = None) -> Plan:

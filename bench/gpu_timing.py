@@ -1,0 +1,53 @@
+"""What the GPU benches share: time a function as a CUDA graph, and flip a kernel switch of
+kernels/common.py (an environment variable read through a cached function) inside one process."""
+
+from __future__ import annotations
+
+import os
+import statistics
+
+import torch
+
+SWITCH_CACHES = {"DSPARK_PDL": "_pdl_on", "DSPARK_L2_PREFETCH": "_prefetch_env_on"}
+
+
+def time_graph(fn, replays: int = 200, batches: int = 5) -> float:
+    """Microseconds per replay of `fn` captured as one CUDA graph: two eager warm-up calls (compiles),
+    the capture, 20 untimed replays, then the median of `batches` timed batches of `replays`."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    for _ in range(20):
+        g.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(batches):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(replays):
+            g.replay()
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b) * 1000 / replays)
+    del g
+    return statistics.median(times)
+
+
+def set_switch(var: str, on: bool) -> None:
+    """Kernel feature `var` on (the default) or off (`var=0`) for the launches and captures that follow;
+    a checkout whose kernels lack the switch is left as it is."""
+    from kernels import common
+
+    if on:
+        os.environ.pop(var, None)
+    else:
+        os.environ[var] = "0"
+    cached = getattr(common, SWITCH_CACHES[var], None)
+    if cached is not None:
+        cached.cache_clear()
