@@ -68,11 +68,17 @@ def _fused_linear_kernel(
     rk = tl.arange(0, BLOCK_K)
     m_mask = rm < M
     n_mask = rn < N
-    # RMSNorm folded into the product: norm(x) @ W^T = rstd * ((x * w_norm) @ W^T), rstd per row, so the
-    # squares are gathered in the same K walk as the product (no pass over x before it), elementwise,
-    # and summed across K once after the walk (no reduction across threads inside it).
+    # RMSNorm: rstd per row from one pass over x, before the product. (Gathering the squares inside the
+    # product's K walk instead, elementwise, saves that pass on the bundled shape but holds a
+    # [BLOCK_M, BLOCK_K] fp32 tile through the walk: the 1B guard shape decoded 23 % slower with it,
+    # docs/perf.md, 2026-12-02 third session.)
     if HAS_NORM:
-        sq = tl.zeros([BLOCK_M, BLOCK_K], dtype=tl.float32)
+        ss = tl.zeros([BLOCK_M], dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            kk = k0 + rk
+            xv = tl.load(x_ptr + rm[:, None] * x_stride + kk[None, :], mask=m_mask[:, None] & (kk[None, :] < K), other=0.0).to(tl.float32)
+            ss += tl.sum(xv * xv, axis=1)
+        rstd = 1.0 / tl.sqrt(ss / K + eps)
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     if SWIGLU:
         acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
@@ -81,21 +87,14 @@ def _fused_linear_kernel(
         k_mask = kk < K
         xv = tl.load(x_ptr + rm[:, None] * x_stride + kk[None, :], mask=m_mask[:, None] & k_mask[None, :], other=0.0)
         if HAS_NORM:
-            xf = xv.to(tl.float32)
-            sq += xf * xf
             nw = tl.load(norm_ptr + kk, mask=k_mask, other=0.0).to(tl.float32)
-            xv = xf * nw[None, :]
+            xv = xv.to(tl.float32) * rstd[:, None] * nw[None, :]
         a = xv.to(w_ptr.dtype.element_ty)
         w = tl.load(w_ptr + rn[:, None] * K + kk[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0)
         acc = mma(a, tl.trans(w), acc, IEEE, UPCAST)
         if SWIGLU:
             u = tl.load(up_ptr + rn[:, None] * K + kk[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0)
             acc_up = mma(a, tl.trans(u), acc_up, IEEE, UPCAST)
-    if HAS_NORM:
-        rstd = 1.0 / tl.sqrt(tl.sum(sq, axis=1) / K + eps)
-        acc = acc * rstd[:, None]
-        if SWIGLU:
-            acc_up = acc_up * rstd[:, None]
     if HAS_BIAS:
         acc += tl.load(bias_ptr + rn, mask=n_mask, other=0.0).to(tl.float32)[None, :]
     if SWIGLU:

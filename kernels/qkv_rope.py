@@ -90,24 +90,25 @@ def _qkv_rope_kernel(
     rh = part * HB + tl.arange(0, HB)
     rk = tl.arange(0, BLOCK_K)
     m_mask = rm < M
-    # RMSNorm folded into the product (see fused_linear.py): rstd applied after the K walk.
-    sq = tl.zeros([BLOCK_M, BLOCK_K], dtype=tl.float32)
+    # RMSNorm's rstd first, from one pass over x (see fused_linear.py for why not inside the K walk)
+    ss = tl.zeros([BLOCK_M], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        kk = k0 + rk
+        xv = tl.load(x_ptr + rm[:, None] * x_stride + kk[None, :], mask=m_mask[:, None] & (kk[None, :] < K), other=0.0).to(tl.float32)
+        ss += tl.sum(xv * xv, axis=1)
+    rstd = 1.0 / tl.sqrt(ss / K + eps)
     acc1 = tl.zeros([BLOCK_M, HB], dtype=tl.float32)
     acc2 = tl.zeros([BLOCK_M, HB], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         kk = k0 + rk
         k_mask = kk < K
         xv = tl.load(x_ptr + rm[:, None] * x_stride + kk[None, :], mask=m_mask[:, None] & k_mask[None, :], other=0.0).to(tl.float32)
-        sq += xv * xv
         nw = tl.load(norm_ptr + kk, mask=k_mask, other=0.0).to(tl.float32)
-        a = (xv * nw[None, :]).to(w_ptr.dtype.element_ty)
+        a = (xv * rstd[:, None] * nw[None, :]).to(w_ptr.dtype.element_ty)
         w1 = tl.load(w_ptr + (row0 + rh)[:, None] * K + kk[None, :], mask=k_mask[None, :], other=0.0)
         w2 = tl.load(w_ptr + (row0 + HALF + rh)[:, None] * K + kk[None, :], mask=k_mask[None, :], other=0.0)
         acc1 = mma(a, tl.trans(w1), acc1, IEEE, UPCAST)
         acc2 = mma(a, tl.trans(w2), acc2, IEEE, UPCAST)
-    rstd = 1.0 / tl.sqrt(tl.sum(sq, axis=1) / K + eps)
-    acc1 = acc1 * rstd[:, None]
-    acc2 = acc2 * rstd[:, None]
     if HAS_BIAS:
         acc1 += tl.load(b_ptr + row0 + rh).to(tl.float32)[None, :]
         acc2 += tl.load(b_ptr + row0 + HALF + rh).to(tl.float32)[None, :]
