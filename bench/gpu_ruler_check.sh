@@ -15,6 +15,9 @@
 #   bash bench/gpu_ruler_check.sh scorebase A B   the same with --base A (noprefill prefill: the captured
 #                                            prefill, an honest engine improvement, scored as a PR)
 #   bash bench/gpu_ruler_check.sh budget S   the --budget of the steps after it (default: the profile's)
+#   bash bench/gpu_ruler_check.sh seedfloor F   use the noise floors of file F (a noise-floor.json that an
+#                                            earlier calibration on this box kind stored; its engine digest
+#                                            must match the base's, or the score falls back to the default)
 # Every step writes what it printed, its wall time and its receipt to $OUT. Steps can be chained:
 #   bash bench/gpu_ruler_check.sh setup tools calibrate
 # .whl/ (ignored by git; carry it) is made here first, for the GPU box's Python 3.12:
@@ -117,6 +120,14 @@ PY
       && git checkout -qb thismain && git checkout -q unstall -- kernels && git commit -qam "thismain: this tree's kernels/" \
       && git checkout -q main
   fi
+  # With .devstage/drafter/ (a drafter trained by bench/gpu_train.sh): branch drafter = thismain (else
+  # unstall) with the shipped drafter's files replaced by it (a new drafter scored as a PR).
+  if [ -d "$TREE/.devstage/drafter" ]; then
+    local from=unstall; git rev-parse -q --verify thismain >/dev/null && from=thismain
+    local w=engine/dspark/weights/smollm2-135m-instruct
+    git checkout -qb drafter "$from" && rm -rf "$w" && mkdir -p "$w" && cp "$TREE"/.devstage/drafter/* "$w"/ \
+      && git add -A "$w" && git commit -qm "drafter: the shipped drafter replaced by .devstage/drafter" && git checkout -q main
+  fi
   git log --oneline --all | head -n 20
   cd "$TREE"
 }
@@ -164,6 +175,7 @@ while [ $# -gt 0 ]; do
     score) shift; score "$1" ;;
     scorebase) shift; score "$2" "$1"; shift ;;  # scorebase BASE HEAD
     budget) shift; BUDGET=$1 ;;  # the budget (s) of the steps that follow
+    seedfloor) shift; mkdir -p "$SCR/.evalbot" && cp "$1" "$SCR/.evalbot/noise-floor.json" ;;  # a floor stored earlier on this box kind
     *) echo "unknown step $1"; exit 2 ;;
   esac
   shift

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU call: train a DSpark drafter (self-distillation) on the H200, then check it, and the shipped one,
-# on the harness prompts at ctx 4096 (code and prose) against AR in the same process.
+# on the harness prompts at ctx 1024 and 4096 (code and prose, CHECK_CONTEXTS) against AR in the same process.
 # Needs .whl (gguf) and .traindata/prose.tar.xz (Python docs sources) carried, the model staged.
 # Knobs: BUDGET (seconds for the whole training run), LENS (prompt lengths), SHARE (prose share).
 set -uo pipefail
@@ -12,7 +12,8 @@ timeout $(( ${BUDGET:-420} + 60 )) python3 -m engine.dspark.train --out $OUT/dra
   --prompt-lens ${LENS:-1024,2048,4096} --prose-share ${SHARE:-0.6} --data-fraction ${DATA:-0.5} \
   --total-budget ${BUDGET:-420} 2>&1 | tee $OUT/train.log | grep -v '"step"'
 rm -rf /root/drafter && cp -r $OUT/drafter /root/drafter
+[ "${CHECK:-1}" = 0 ] && exit 0  # CHECK=0: train only
 for d in /root/drafter engine/dspark/weights/smollm2-135m-instruct; do
   echo "== $d"
-  timeout 75 python3 bench/dspark_sweep.py --drafter $d --contexts 4096 --reps 3 --thresholds 0.35 --depths 6 2>&1 | tee -a $OUT/check.jsonl | grep -v '^{"ctx"'
+  timeout 100 python3 bench/dspark_sweep.py --drafter $d --contexts ${CHECK_CONTEXTS:-1024,4096} --reps 2 --thresholds 0.35 --depths 3,6 2>&1 | tee -a $OUT/check.jsonl | grep -v '^{"ctx"'
 done

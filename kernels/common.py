@@ -43,6 +43,24 @@ def _pdl_on(device_index: int) -> bool:
     return torch.cuda.get_device_capability(device_index)[0] >= 9
 
 
+@functools.cache
+def _prefetch_env_on() -> bool:
+    return os.environ.get("DSPARK_L2_PREFETCH", "1") != "0"
+
+
+# Prefetching pays where a kernel is latency-bound: a few MB at most (the bundled model's matrices are
+# <= 1.8 MB, a layer's keys and values at 8k 7 MB). A kernel that streams tens of MB is bandwidth-bound;
+# prefetching all of it while the previous kernel streams its own only competes for DRAM and L2 (the
+# 1B guard shape, whose matrices are 8-34 MB, decoded 17 % slower with it).
+PREFETCH_MAX_BYTES = 8 << 20
+
+
+def prefetch_on(pdl: dict, kernel_bytes: int) -> bool:
+    """Whether a launch with these `pdl_args`, whose programs read `kernel_bytes` of weights or cache in
+    all, prefetches them (DSPARK_L2_PREFETCH=0: never; a bench switch)."""
+    return pdl["USE_PDL"] and kernel_bytes <= PREFETCH_MAX_BYTES and _prefetch_env_on()
+
+
 def pdl_args(t: torch.Tensor) -> dict:
     """The launch keywords of a step kernel whose tensors live where `t` does."""
     if t.is_cuda and _pdl_on(t.device.index if t.device.index is not None else torch.cuda.current_device()):
@@ -56,3 +74,26 @@ def pdl_start(USE_PDL: tl.constexpr):
     if USE_PDL:
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
+
+
+# A kernel launched early by PDL spends the previous kernel's tail waiting in `pdl_start`. What it
+# reads that no earlier kernel writes (its weights, the cache's keys) can already be on its way into
+# L2 then: `l2_prefetch` before `pdl_start` asks L2 for one program's contiguous byte range, one
+# `prefetch.global.L2` per 128-byte line. A prefetch reads nothing into registers and writes nothing,
+# so no result can change; off with PDL (the interpreter has no PTX).
+L2_LINE = 128
+
+
+def prefetch_lines(n_bytes: int) -> int:
+    """The LINES of an `l2_prefetch` of n_bytes: a power of two (one tensor of line offsets)."""
+    return triton.next_power_of_2(max(1, -(-n_bytes // L2_LINE)))
+
+
+@triton.jit
+def l2_prefetch(ptr, n_bytes, LINES: tl.constexpr, USE_PDL: tl.constexpr):
+    """Prefetch [ptr, ptr + n_bytes) into L2 (n_bytes > 0); lines past the end repeat the last one."""
+    if USE_PDL:
+        off = tl.minimum(tl.arange(0, LINES).to(tl.int64) * 128, (n_bytes - 1).to(tl.int64))
+        p = ptr.to(tl.pointer_type(tl.int8), bitcast=True) + off
+        tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [p], dtype=tl.int32,
+                                  is_pure=False, pack=1)

@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import UPCAST_DOT, mma, pdl_args, pdl_start
+from kernels.common import UPCAST_DOT, l2_prefetch, mma, pdl_args, pdl_start, prefetch_lines, prefetch_on
 from kernels.tuning import config_for
 
 LOG2E = 1.4426950408889634
@@ -57,11 +57,16 @@ def _attn_split_kernel(
     q_ptr, k_ptr, v_ptr, start_ptr, end_ptr, out_ptr, lse_ptr,
     M, H, CAP, cache_head_stride, n_splits, scale_log2,
     G: tl.constexpr, HD: tl.constexpr, SPLIT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_KV: tl.constexpr,
-    IEEE: tl.constexpr, UPCAST: tl.constexpr, USE_PDL: tl.constexpr,
+    IEEE: tl.constexpr, UPCAST: tl.constexpr, PREFETCH_LINES: tl.constexpr, ELEM_BYTES: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
-    pdl_start(USE_PDL)
     kvh = tl.program_id(0)
     split = tl.program_id(1)
+    if PREFETCH_LINES > 0:  # this split's keys and values (all of it: the windows are not read before the wait)
+        n_keys = tl.minimum(CAP - split * SPLIT, SPLIT)
+        l2_prefetch(k_ptr + kvh * cache_head_stride + split * SPLIT * HD, n_keys * HD * ELEM_BYTES, PREFETCH_LINES, USE_PDL)
+        l2_prefetch(v_ptr + kvh * cache_head_stride + split * SPLIT * HD, n_keys * HD * ELEM_BYTES, PREFETCH_LINES, USE_PDL)
+    pdl_start(USE_PDL)
     r = tl.arange(0, BLOCK_R)
     row = r // G
     head = kvh * G + r % G
@@ -168,12 +173,14 @@ def attention_triton(
     # The row tile is fixed by the workspace, never by m: part of what keeps rows batch-invariant.
     block_r = max(16, triton.next_power_of_2(workspace.max_rows * g))
     ns = workspace.n_splits
+    pdl = pdl_args(q)
+    lines = prefetch_lines(split * d * k_cache.element_size()) if prefetch_on(pdl, k_cache.nbytes + v_cache.nbytes) else 0
     _attn_split_kernel[(kvh, ns)](
         q, k_cache, v_cache, kv_start, kv_end, workspace.part, workspace.lse,
         m, h, cap, k_cache.stride(0), ns, scale * LOG2E,
         G=g, HD=d, SPLIT=split, BLOCK_R=block_r, BLOCK_KV=block_kv, UPCAST=UPCAST_DOT, IEEE=q.dtype == torch.float32,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_args(q),
+        PREFETCH_LINES=lines, ELEM_BYTES=k_cache.element_size(), num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl,
     )
     _attn_combine_kernel[(m, h)](workspace.part, workspace.lse, out, h, ns, HD=d, BLOCK_S=triton.next_power_of_2(ns), num_warps=4,
-                                 **pdl_args(q))
+                                 **pdl)
     return out

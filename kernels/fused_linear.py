@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import UPCAST_DOT, mma, pdl_args, pdl_start
+from kernels.common import UPCAST_DOT, l2_prefetch, mma, pdl_args, pdl_start, prefetch_lines, prefetch_on
 
 from kernels.rmsnorm import rmsnorm_reference
 from kernels.tuning import config_for
@@ -52,15 +52,26 @@ def _fused_linear_kernel(
     M, N, K, eps,
     HAS_NORM: tl.constexpr, SWIGLU: tl.constexpr, HAS_RES: tl.constexpr, HAS_BIAS: tl.constexpr,
     IEEE: tl.constexpr, UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    USE_PDL: tl.constexpr,
+    PREFETCH_LINES: tl.constexpr, ELEM_BYTES: tl.constexpr, USE_PDL: tl.constexpr,
 ):
-    pdl_start(USE_PDL)
     pid = tl.program_id(0)
+    if PREFETCH_LINES > 0:  # this program's weight rows, contiguous: [pid*BLOCK_N, +BLOCK_N) x K
+        n_rows = tl.minimum(N - pid * BLOCK_N, BLOCK_N)
+        l2_prefetch(w_ptr + pid * BLOCK_N * K, n_rows * K * ELEM_BYTES,
+                    PREFETCH_LINES, USE_PDL)
+        if SWIGLU:
+            l2_prefetch(up_ptr + pid * BLOCK_N * K, n_rows * K * ELEM_BYTES,
+                        PREFETCH_LINES, USE_PDL)
+    pdl_start(USE_PDL)
     rm = tl.arange(0, BLOCK_M)
     rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
     m_mask = rm < M
     n_mask = rn < N
+    # RMSNorm: rstd per row from one pass over x, before the product. (Gathering the squares inside the
+    # product's K walk instead, elementwise, saves that pass on the bundled shape but holds a
+    # [BLOCK_M, BLOCK_K] fp32 tile through the walk: the 1B guard shape decoded 23 % slower with it,
+    # docs/perf.md, 2026-12-02 third session.)
     if HAS_NORM:
         ss = tl.zeros([BLOCK_M], dtype=tl.float32)
         for k0 in range(0, K, BLOCK_K):
@@ -114,8 +125,12 @@ def fused_linear_triton(
     if out is None:
         dt = out_dtype or (residual.dtype if residual is not None else x.dtype)
         out = torch.empty((m, n), dtype=dt, device=x.device)
-    cfg = config_for(kind or ("swiglu" if up_weight is not None else "lm_head" if n >= 16384 else "linear"), n, k)
+    kind = kind or ("swiglu" if up_weight is not None else "lm_head" if n >= 16384 else "linear")
+    cfg = config_for(kind, n, k)
     dummy = weight
+    pdl = pdl_args(x)
+    # only where the kernel is latency-bound (common.PREFETCH_MAX_BYTES): never the LM head
+    lines = prefetch_lines(cfg.block_n * k * weight.element_size()) if prefetch_on(pdl, weight.nbytes * (2 if up_weight is not None else 1)) else 0
     _fused_linear_kernel[(triton.cdiv(n, cfg.block_n),)](
         x, x.stride(0), norm_weight if norm_weight is not None else dummy, weight,
         up_weight if up_weight is not None else dummy, bias if bias is not None else dummy,
@@ -124,6 +139,6 @@ def fused_linear_triton(
         HAS_NORM=norm_weight is not None, SWIGLU=up_weight is not None, HAS_RES=residual is not None,
         HAS_BIAS=bias is not None, UPCAST=UPCAST_DOT, IEEE=weight.dtype == torch.float32,
         BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-        **pdl_args(x),
+        PREFETCH_LINES=lines, ELEM_BYTES=weight.element_size(), **pdl,
     )
     return out

@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import UPCAST_DOT, mma, pdl_args, pdl_start
+from kernels.common import UPCAST_DOT, l2_prefetch, mma, pdl_args, pdl_start, prefetch_lines, prefetch_on
 
 from kernels.fused_linear import BLOCK_M
 from kernels.rmsnorm import rmsnorm_reference
@@ -72,24 +72,33 @@ def _qkv_rope_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, cache_head_stride,
     M, K, eps, H, KVH,
     HD: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_QKNORM: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, USE_PDL: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, SUB: tl.constexpr, PREFETCH_LINES: tl.constexpr,
+    ELEM_BYTES: tl.constexpr, USE_PDL: tl.constexpr,
 ):
-    pdl_start(USE_PDL)
-    head = tl.program_id(0)
+    # program = (head, part): SUB programs per head, part p owning the columns [p*HB, (p+1)*HB) of each
+    # rotate-half half (HB = HD/2/SUB), so RoPE's pairs (i, i + HD/2) stay in one program.
     HALF: tl.constexpr = HD // 2
+    HB: tl.constexpr = HALF // SUB
+    head = tl.program_id(0) // SUB
+    part = tl.program_id(0) % SUB
+    row0 = head * HD
+    if PREFETCH_LINES > 0:  # this program's weight rows: one range per half
+        l2_prefetch(w_ptr + (row0 + part * HB) * K, HB * K * ELEM_BYTES, PREFETCH_LINES, USE_PDL)
+        l2_prefetch(w_ptr + (row0 + HALF + part * HB) * K, HB * K * ELEM_BYTES, PREFETCH_LINES, USE_PDL)
+    pdl_start(USE_PDL)
     rm = tl.arange(0, BLOCK_M)
-    rh = tl.arange(0, HALF)
+    rh = part * HB + tl.arange(0, HB)
     rk = tl.arange(0, BLOCK_K)
     m_mask = rm < M
+    # RMSNorm's rstd first, from one pass over x (see fused_linear.py for why not inside the K walk)
     ss = tl.zeros([BLOCK_M], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         kk = k0 + rk
         xv = tl.load(x_ptr + rm[:, None] * x_stride + kk[None, :], mask=m_mask[:, None] & (kk[None, :] < K), other=0.0).to(tl.float32)
         ss += tl.sum(xv * xv, axis=1)
     rstd = 1.0 / tl.sqrt(ss / K + eps)
-    row0 = head * HD
-    acc1 = tl.zeros([BLOCK_M, HALF], dtype=tl.float32)
-    acc2 = tl.zeros([BLOCK_M, HALF], dtype=tl.float32)
+    acc1 = tl.zeros([BLOCK_M, HB], dtype=tl.float32)
+    acc2 = tl.zeros([BLOCK_M, HB], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         kk = k0 + rk
         k_mask = kk < K
@@ -162,12 +171,18 @@ def qkv_rope_triton(
     if q_out is None:
         q_out = torch.empty((m, n_heads, hd), dtype=k_cache.dtype, device=x.device)
     cfg = config_for("qkv", wqkv.shape[0], k)
-    _qkv_rope_kernel[(n_heads + 2 * n_kv_heads,)](
+    # block_n = columns per program of each rotate-half half (0: the whole head), at least 16 (the
+    # product's tile); a per-head RMSNorm (qk_norm) needs the whole head in one program
+    sub = 1 if (q_norm is not None or not cfg.block_n) else max(1, (hd // 2) // max(cfg.block_n, 16))
+    pdl = pdl_args(x)
+    lines = prefetch_lines((hd // 2 // sub) * k * wqkv.element_size()) if prefetch_on(pdl, wqkv.nbytes) else 0
+    _qkv_rope_kernel[((n_heads + 2 * n_kv_heads) * sub,)](
         x, x.stride(0), norm_weight, wqkv, bqkv if bqkv is not None else wqkv,
         q_norm if q_norm is not None else norm_weight, k_norm if k_norm is not None else norm_weight,
         cos, sin, positions, q_out, k_cache, v_cache, k_cache.stride(0),
         m, k, eps, n_heads, n_kv_heads,
         HD=hd, HAS_BIAS=bqkv is not None, HAS_QKNORM=q_norm is not None, UPCAST=UPCAST_DOT, IEEE=wqkv.dtype == torch.float32,
-        BLOCK_M=BLOCK_M, BLOCK_K=cfg.block_k, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_args(x),
+        BLOCK_M=BLOCK_M, BLOCK_K=cfg.block_k, SUB=sub, PREFETCH_LINES=lines, ELEM_BYTES=wqkv.element_size(),
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl,
     )
     return q_out

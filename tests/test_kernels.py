@@ -15,6 +15,7 @@ from kernels.fused_linear import fused_linear_reference, fused_linear_triton
 from kernels.greedy_commit import greedy_commit_reference, greedy_commit_triton
 from kernels.qkv_rope import qkv_rope_reference, qkv_rope_triton
 from kernels.rmsnorm import rmsnorm_reference, rmsnorm_triton
+from kernels import tuning
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPES = [torch.float32, torch.bfloat16]
@@ -72,7 +73,8 @@ def test_fused_linear(dtype, m, k, n, variant, gen):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("heads,kv_heads,head_dim,qk_norm,bias", [(4, 2, 32, False, False), (9, 3, 64, False, False), (4, 4, 32, True, False), (6, 2, 128, True, True)])
-def test_qkv_rope(dtype, heads, kv_heads, head_dim, qk_norm, bias, gen):
+@pytest.mark.parametrize("block_n", [0, 16])  # 16: a head's halves split over several programs
+def test_qkv_rope(dtype, heads, kv_heads, head_dim, qk_norm, bias, block_n, gen):
     m, d, cap = 5, 48, 37
     x = randn(m, d, g=gen)
     nw = randn(d, g=gen) * 0.1 + 1.0
@@ -87,7 +89,8 @@ def test_qkv_rope(dtype, heads, kv_heads, head_dim, qk_norm, bias, gen):
     kc1, vc1 = caches[0].clone(), caches[1].clone()
     kc2, vc2 = caches[0].clone(), caches[1].clone()
     q1 = qkv_rope_reference(x, nw, w, b, qn, kn, cos, sin, pos.long(), kc1, vc1, heads, kv_heads, 1e-6)
-    q2 = qkv_rope_triton(x, nw, w, b, qn, kn, cos, sin, pos, kc2, vc2, heads, kv_heads, 1e-6)
+    with tuning.override("qkv", block_n=block_n):
+        q2 = qkv_rope_triton(x, nw, w, b, qn, kn, cos, sin, pos, kc2, vc2, heads, kv_heads, 1e-6)
     assert rel_err(q2, q1) < bound(dtype)
     assert rel_err(kc2, kc1) < bound(dtype) and rel_err(vc2, vc1) < bound(dtype)
     untouched = torch.ones(cap, dtype=torch.bool)
