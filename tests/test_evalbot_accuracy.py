@@ -54,3 +54,51 @@ def test_shapes_must_match():
         summarize_accuracy(np.zeros((2, 4), np.float32), np.zeros((2, 5), np.float32), [0, 1])
     with pytest.raises(ValueError, match="targets"):
         summarize_accuracy(np.zeros((2, 4), np.float32), np.zeros((2, 4), np.float32), [0])
+
+
+def test_a_token_main_rules_out_counts_as_probability_zero():
+    main = log_softmax(np.zeros((2, 8))).astype(np.float32)
+    main[:, 5] = -np.inf  # main gives token 5 no probability at all
+    pr = log_softmax(np.zeros((2, 8))).astype(np.float32)
+    s = summarize_accuracy(main, pr, [1, 2])
+    assert np.isfinite(s.kl_max) and s.kl_max >= 0.0 and s.top1 == 1.0
+
+
+def test_main_nan_or_plus_inf_is_a_clear_error_naming_the_position():
+    main = log_softmax(np.zeros((3, 8))).astype(np.float32)
+    main[1, 2] = np.nan
+    with pytest.raises(ValueError, match=r"main's log-probs are not usable: 1 NaN and 0 \+inf values, the first at position 1"):
+        summarize_accuracy(main, main.copy(), [0, 1, 2])
+
+
+def test_a_campaign_whose_main_returns_nan_log_probs_stops_with_a_finding_against_main():
+    """The campaign checks main's dump as it arrives: a Failure naming main's process, not an exception."""
+    from types import SimpleNamespace
+
+    from evalbot.measure.campaign import Campaign
+    from evalbot.measure.client import Response
+    from evalbot.measure.servers import Failure, Process
+
+    n, vocab = 4, 8
+
+    class Client:
+        def __init__(self, lp):
+            self.info, self.lp = {"vocab_size": vocab}, lp
+
+        def request(self, req, expect, timeout, max_payload):
+            assert req["op"] == "logprobs" and expect == "logprobs"
+            return Response(head={"positions": n, "dtype": "float32"}, payload=self.lp.tobytes(), seconds=0.01)
+
+    handle = SimpleNamespace(thaw=lambda: None, freeze=lambda: None, poll=lambda: None, stderr_tail=lambda: "")
+    good = log_softmax(np.zeros((n, vocab))).astype(np.float32)
+    bad = good.copy()
+    bad[2, 3] = np.nan
+    plan = SimpleNamespace(profile="cpu", processes=1, new_tokens=4, request_timeout_s=5.0,
+                           accuracy=[SimpleNamespace(corpus="prose", ctx=16)], accuracy_positions=n)
+    c = Campaign(plan=plan, spawn=None, corpora={"prose": list(range(400))}, stop_rule=None)
+    c.procs = {"base": [Process("base", 0, handle, Client(bad), 0.0)], "head": [Process("head", 0, handle, Client(good), 0.0)]}
+    with pytest.raises(Failure) as e:
+        c._accuracy()
+    f = e.value.finding
+    assert f.ref == "base" and f.where == "logprobs (main process 1)"
+    assert f.message == "main's log-probs are not usable: 1 NaN and 0 +inf values, the first at position 2"

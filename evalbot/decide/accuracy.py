@@ -39,13 +39,26 @@ def kl_rows(main_lp: np.ndarray, pr_lp: np.ndarray) -> np.ndarray:
     m = main_lp.astype(np.float64)
     p = np.maximum(pr_lp.astype(np.float64), LOGPROB_FLOOR)
     pm = np.exp(m)
-    return np.maximum(np.where(pm > 0, pm * (m - p), 0.0).sum(axis=1), 0.0)  # >= 0; rounding aside
+    with np.errstate(invalid="ignore"):  # main's -inf (a token it rules out) contributes 0, not 0 * -inf
+        terms = np.where(pm > 0, pm * (m - p), 0.0)
+    return np.maximum(terms.sum(axis=1), 0.0)  # >= 0; rounding aside
+
+
+def main_non_finite(main_lp: np.ndarray) -> str | None:
+    """Why main's log-probs cannot be the reference (NaN or +inf anywhere), or None. A -inf is a token
+    main rules out (probability 0): allowed."""
+    nan, pos = np.isnan(main_lp), np.isposinf(main_lp)
+    if not (nan.any() or pos.any()):
+        return None
+    row = int(np.argwhere(nan | pos)[0][0])
+    return f"{int(nan.sum())} NaN and {int(pos.sum())} +inf values, the first at position {row}"
 
 
 def summarize_accuracy(main_lp: np.ndarray, pr_lp: np.ndarray, targets: Sequence[int]) -> AccuracySummary:
     """main_lp, pr_lp [positions, vocab]: log-probs predicting `targets` (the real next tokens)."""
-    if not np.isfinite(main_lp).all():
-        raise ValueError("main's log-probs are not finite")
+    bad = main_non_finite(main_lp)
+    if bad is not None:
+        raise ValueError(f"main's log-probs are not usable: {bad}")
     pr_lp = np.nan_to_num(pr_lp, nan=LOGPROB_FLOOR, neginf=LOGPROB_FLOOR, posinf=0.0)
     n = main_lp.shape[0]
     t = np.asarray(targets, dtype=np.int64)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from evalbot.decide.accuracy import summarize_accuracy
+from evalbot.decide.accuracy import main_non_finite, summarize_accuracy
 from evalbot.decide.records import (Finding, Generation, ProcessInfo, Records, Ref, Reported, StopReason, Verification,
                                     WindowRef)
 from evalbot.measure.client import ProtocolViolation, Response
@@ -250,6 +250,9 @@ class Campaign:
                 if r.head.get("positions") != n or r.head.get("dtype") != "float32" or len(r.payload) != 4 * n * vocab:
                     raise self._fail(p, f"logprobs ({p.label})", "the log-prob dump has the wrong shape")
                 rows[p.ref] = np.frombuffer(r.payload, dtype=np.float32).reshape(n, vocab)
+                bad = main_non_finite(rows[p.ref]) if p.ref == "base" else None
+                if bad is not None:  # main's engine is the reference: no accuracy can be computed against it
+                    raise self._fail(p, f"logprobs ({p.label})", f"main's log-probs are not usable: {bad}")
             main_rows.append(rows["base"])
             pr_rows.append(rows["head"])
             targets += list(w.ids[start:])
