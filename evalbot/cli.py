@@ -194,7 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
         "calibrate", help="measure this box's A/A noise floor (base against itself)",
         description="Run the base ref against itself (A/A) with the machinery a score uses and store in "
         ".evalbot/noise-floor.json, per box, profile and engine version, how far from 1 the very statistic its gate or "
-        "tier reads strayed (median over rounds), times stats.noise_margin. Gates and tiers allow for it.",
+        "tier reads strayed (median over rounds), times stats.noise_margin, pooled with the last stats.noise_pool "
+        "calibrations of the same key (each run adds one campaign). Gates and tiers allow for it.",
     )
     repo_opts(p)
     p.add_argument("--base", metavar="REF", default="main", help="the ref to measure against itself (default main)")

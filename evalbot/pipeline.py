@@ -192,7 +192,8 @@ def _calibrate(repo: Path, pinned: PinnedHarness, settings: Settings, profile: s
         raise EvalbotError(f"calibration failed ({f.where}): {f.message}")
     prof = settings.profile_settings(profile)
     floor = noise_from_aa(records, box=box, profile=profile, engine=engine, base_sha=pinned.base_sha,
-                          margin=settings.stats.noise_margin, minimum=prof.min_noise_floor)
+                          margin=settings.stats.noise_margin, minimum=prof.min_noise_floor,
+                          previous=load_noise_floor(state_dir, box, profile, engine), pool=settings.stats.noise_pool)
     return floor, store_noise_floor(state_dir, floor)
 
 

@@ -48,14 +48,14 @@ def cmd_status(args: argparse.Namespace) -> int:
         console.print(f"no local PRs in {repo} yet: `evalbot pr open --head BRANCH`")
     floors = read_noise_file(noise_path(forge.state_dir))
     noise = Table(title="noise floors (evalbot calibrate)")
-    for col in ("box", "profile", "engine", "DSpark", "AR", "AR cell", "guard generation", "guard prefill", "rounds",
-                "measured"):
+    for col in ("box", "profile", "engine", "DSpark", "AR", "AR cell", "guard generation", "guard prefill", "campaigns",
+                "rounds", "measured"):
         noise.add_column(col)
     for f in sorted(floors.latest(), key=lambda f: (f.box, f.profile, f.measured_at)):
         noise.add_row(
             f.box, f.profile, f.engine[:12], f"±{f.dspark_decode:.2%}", f"±{f.ar_decode:.2%}", f"±{f.ar_cell:.2%}",
             f"±{f.guard_decode:.2%}",
-            f"±{f.guard_prefill:.2%}", str(f.rounds), f.measured_at,
+            f"±{f.guard_prefill:.2%}", str(f.campaigns), str(f.rounds), f.measured_at,
         )
     if floors.floors:
         console.print(noise)

@@ -97,3 +97,40 @@ def test_the_floor_of_the_pooled_ar_statistic_is_taken_apart_from_the_worst_cell
             g.bot_s *= 1.04 if g.corpus == "code" else 1 / 1.04
     f = noise_from_aa(rec, box="b", profile="cpu", engine="e", base_sha="s", margin=1.5, minimum=0.001)
     assert f.ar_cell == pytest.approx(1.5 * 0.04) and f.ar_decode == pytest.approx(0.001)
+
+
+def _aa_records(pr_ar_factor: float):
+    rec = b.records([1.0] * 4, ar_pr_seconds=[1.0] * 4, processes=2)
+    for g in rec.generations:  # an A/A whose PR processes happened to decode AR this much slower
+        if g.mode == "ar" and g.ref == "head":
+            g.bot_s *= pr_ar_factor
+    return rec
+
+
+def test_a_calibration_pools_its_campaign_with_the_ones_stored_before_it():
+    """One A/A is one draw of the noise: a lucky, tight one must not shrink the floor a wider one set."""
+    from evalbot.decide.calibration import noise_from_aa
+    kw = dict(box="b", profile="cpu", engine="e", base_sha="s", margin=1.5, minimum=0.001)
+    wide = noise_from_aa(_aa_records(1.06), **kw, pool=5)
+    assert wide.campaigns == 1 and wide.ar_decode == pytest.approx(1.5 * (1 - 1 / 1.06))
+    tight = noise_from_aa(_aa_records(1.005), **kw, previous=wide, pool=5)
+    assert tight.campaigns == 2 and tight.ar_decode == pytest.approx(wide.ar_decode)  # the wide campaign still counts
+    assert tight.rounds == wide.rounds * 2 and [round(o.ar_decode, 4) for o in tight.aa] == [0.0566, 0.005]
+    # the pool keeps the last `pool` campaigns: once the wide one has left it, the floor follows the tight ones
+    f = tight
+    for _ in range(4):
+        f = noise_from_aa(_aa_records(1.005), **kw, previous=f, pool=5)
+    assert f.campaigns == 5 and f.ar_decode == pytest.approx(1.5 * (1 - 1 / 1.005))
+    # another engine version's floor is not evidence for this one
+    other = noise_from_aa(_aa_records(1.005), **{**kw, "engine": "other"}, previous=wide, pool=5)
+    assert other.campaigns == 1
+
+
+def test_a_floor_stored_before_pooling_counts_as_the_campaign_it_came_from():
+    from evalbot.decide.calibration import noise_from_aa
+    from evalbot.decide.noise import NoiseFloor
+    old = NoiseFloor(box="b", profile="cpu", engine="e", source="calibration", dspark_decode=0.03, ar_decode=0.09,
+                     ar_cell=0.09, guard_decode=0.03, guard_prefill=0.03, rounds=4)
+    f = noise_from_aa(_aa_records(1.0), box="b", profile="cpu", engine="e", base_sha="s", margin=1.5, minimum=0.001,
+                      previous=old, pool=5)
+    assert f.campaigns == 2 and f.ar_decode == pytest.approx(0.09) and f.rounds == 8

@@ -211,6 +211,10 @@ def test_calibrate_stores_a_floor_per_engine_version_and_aa_is_never_rejected(re
     repo.branch("same-engine", files={"NOTES.md": "no code change\n"})
     out = score(repo, "same-engine", settings=s)
     assert out.verdict.tier == "none" and out.measurements.noise.calibrated and not out.calibrated_now
+    # calibrating again adds a campaign: the floor pools both, never shrinking below the first one's deviations
+    again, _ = pipeline.calibrate(repo.path, "main", profile="cpu", rounds=ROUNDS, settings=s)
+    assert again.campaigns == 2 and again.rounds == 2 * ROUNDS and again.aa[0] == floor.aa[0]
+    assert again.ar_decode >= floor.ar_decode and again.dspark_decode >= floor.dspark_decode
 
 
 def test_the_first_scoring_of_an_engine_version_calibrates_first(repo):

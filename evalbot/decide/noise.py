@@ -1,11 +1,18 @@
 """The noise floor of a box: how far PR/main ratios stray when PR *is* main (A/A).
 
 `evalbot calibrate` (and the first scoring on a box, profile and engine version, which calibrates
-first) runs main against itself with the very machinery a score uses and keeps, per metric, how far
-from 1 the statistic its gate reads strayed, times a margin (`calibration.noise_from_aa`), in
-`.evalbot/noise-floor.json`, keyed by box, profile and engine version (a digest of main's measured
-code: engine/, kernels/, harness/). Gates subtract it from their bars and a tier needs the speedup's
-CI to clear it, so an A/A run never REJECTs and never wins a tier.
+first) runs main against itself with the very machinery a score uses, and keeps, per metric, how far
+from 1 the statistic its gate reads strayed (`calibration.noise_from_aa`).
+
+One A/A is one draw of that deviation. On a noisy box, a lucky draw is far below what the next A/A
+will do: on 2026-12-02 a calibration of the 2-vCPU VM read AR ±1.1 %, while twenty A/A scorings
+spread with an SD of ~5 %, and one of them was REJECTed. So each calibration adds its campaign to the
+ones already stored for the key. The floor is the margin times the largest deviation over the last
+`stats.noise_pool` campaigns.
+
+The floors are kept in `.evalbot/noise-floor.json`, keyed by box, profile and engine version (a digest
+of main's measured code: engine/, kernels/, harness/). Gates subtract the floor from their bars, and
+a tier needs the speedup's CI to clear it. So an A/A run should never REJECT and never win a tier.
 """
 
 from __future__ import annotations
@@ -25,6 +32,20 @@ NOISE_FILE = "noise-floor.json"
 NOISE_VERSION = 3  # 3: ar_decode is the pooled AR statistic, ar_cell the worst cell
 
 
+class AAOutcome(BaseModel):
+    """One A/A campaign (fresh processes, fresh windows): how far from 1 each gated statistic strayed,
+    before the margin. A floor pools the last few of these (`calibration.floor_from_outcomes`)."""
+
+    dspark_decode: float
+    ar_decode: float
+    ar_cell: float
+    guard_decode: float
+    guard_prefill: float
+    rounds: int
+    measured_at: str
+    base_sha: str = ""
+
+
 class NoiseFloor(BaseModel):
     """Fractions (0.01 = 1%) per metric. `source`: "default" (nothing measured: the configured default),
     "calibration" (A/A stored for this box, profile and engine version)."""
@@ -38,9 +59,14 @@ class NoiseFloor(BaseModel):
     ar_cell: float  # one cell's AR ratio (median over rounds), the worst cell
     guard_decode: float
     guard_prefill: float
-    rounds: int = 0
+    rounds: int = 0  # over every pooled A/A campaign
     base_sha: str = ""
-    measured_at: str = ""
+    measured_at: str = ""  # the newest pooled campaign
+    aa: list[AAOutcome] = Field(default_factory=list)  # the pooled campaigns, oldest first
+
+    @property
+    def campaigns(self) -> int:
+        return max(1, len(self.aa)) if self.calibrated else 0
 
     @property
     def calibrated(self) -> bool:

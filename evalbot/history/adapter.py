@@ -46,7 +46,7 @@ def calibration_entry(floor: NoiseFloor, *, repo: str, started_at: str = "") -> 
         kind="calibration", repo=repo, pr_number=None, base_sha=floor.base_sha, head_sha=floor.base_sha,
         box=floor.box, profile=floor.profile, started_at=started_at or floor.measured_at,
         finished_at=floor.measured_at, status="calibrated",
-        reason=f"A/A calibration, {floor.rounds} rounds", noise=_noise(floor),
+        reason=f"A/A calibration, {floor.campaigns} campaign(s) pooled, {floor.rounds} rounds", noise=_noise(floor),
     )
 
 

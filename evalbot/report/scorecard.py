@@ -58,7 +58,9 @@ def noise_text(noise: NoiseFloor, calibrated_now: bool = False) -> str:
     )
     if noise.calibrated:
         when = "calibrated by this scoring first" if calibrated_now else f"calibrated {noise.measured_at}"
-        return (f"{core} (A/A on `{noise.box}`, engine `{noise.engine[:12]}`, {noise.rounds} rounds; {when})")
+        k = noise.campaigns
+        return (f"{core} (A/A on `{noise.box}`, engine `{noise.engine[:12]}`: {k} campaign{'s' if k != 1 else ''} of fresh "
+                f"processes, {noise.rounds} rounds; {when})")
     return f"{core} (default: box, profile and engine version not calibrated; run `evalbot calibrate`)"
 
 

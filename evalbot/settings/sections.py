@@ -43,6 +43,9 @@ class StatsSettings(_Strict):
     # The stored floor is the A/A deviation of each gated statistic times this margin: a later A/A run may
     # stray a little further than the calibration rounds did.
     noise_margin: float = 1.5
+    # A floor pools the last this-many A/A campaigns of its box, profile and engine version (each
+    # `evalbot calibrate` adds one): one A/A is one draw of the noise, and a lucky one reads small.
+    noise_pool: int = Field(default=5, ge=1)
 
 
 class EnvPolicy(_Strict):
