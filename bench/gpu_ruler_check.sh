@@ -112,13 +112,13 @@ PY
   off_on nopdl pdl unstall kernels/common.py $'    if os.environ.get("DSPARK_PDL", "1") == "0" or UPCAST_DOT:\n' \
     $'    if True:  # nopdl: programmatic dependent launch off\n' "programmatic dependent launch"
   # With .devstage/base.tgz (git archive of the previous main's engine, kernels, harness, bench and
-  # tests/gpu): prevmain = the unstalled engine with kernels/ as the previous main has them, thismain =
-  # prevmain with this tree's kernels/ (the session's kernel change, scored as a PR).
+  # tests/gpu): prevmain = the unstalled tree with engine/ and kernels/ as the previous main has them,
+  # thismain = prevmain with this tree's engine/ and kernels/ (the session's engine change, scored as a PR).
   if [ -f "$TREE/.devstage/base.tgz" ]; then
-    git checkout -qb prevmain unstall && rm -rf kernels && tar -xzf "$TREE/.devstage/base.tgz" kernels \
-      && git add -A kernels && git commit -qm "prevmain: kernels/ as the previous main has them" \
-      && git checkout -qb thismain && git checkout -q unstall -- kernels && git commit -qam "thismain: this tree's kernels/" \
-      && git checkout -q main
+    git checkout -qb prevmain unstall && rm -rf kernels engine && tar -xzf "$TREE/.devstage/base.tgz" kernels engine \
+      && git add -A kernels engine && git commit -qm "prevmain: engine/ and kernels/ as the previous main has them" \
+      && git checkout -qb thismain && rm -rf kernels engine && git checkout -q unstall -- kernels engine \
+      && git add -A kernels engine && git commit -qm "thismain: this tree's engine/ and kernels/" && git checkout -q main
   fi
   # With .devstage/drafter/ (a drafter trained by bench/gpu_train.sh): branch drafter = thismain (else
   # unstall) with the shipped drafter's files replaced by it (a new drafter scored as a PR).

@@ -8,7 +8,10 @@ import statistics
 
 import torch
 
-SWITCH_CACHES = {"DSPARK_PDL": "_pdl_on", "DSPARK_L2_PREFETCH": "_prefetch_env_on"}
+# The cached function of kernels/common.py that reads each switch (DSPARK_PERSISTENT is read when a
+# Transformer is made: no cache)
+SWITCH_CACHES = {"DSPARK_PDL": "_pdl_on", "DSPARK_L2_PREFETCH": "prefetch_env_on", "DSPARK_PERSISTENT": None,
+                 "DSPARK_UNROLL_K": "unroll_env_on"}
 
 
 def time_graph(fn, replays: int = 200, batches: int = 5) -> float:
@@ -48,6 +51,6 @@ def set_switch(var: str, on: bool) -> None:
         os.environ.pop(var, None)
     else:
         os.environ[var] = "0"
-    cached = getattr(common, SWITCH_CACHES[var], None)
+    cached = getattr(common, SWITCH_CACHES[var] or "", None)
     if cached is not None:
         cached.cache_clear()

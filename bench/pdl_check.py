@@ -1,12 +1,14 @@
-"""Programmatic dependent launch on and off, side by side in one process (kernels.common): AR and DSpark
-decode tok/s and tau on real text at exact lengths, per corpus and context. Prints JSON lines.
+"""An engine switch on and off, side by side in one process: programmatic dependent launch (kernels.common,
+the default) or the persistent step (--switch DSPARK_PERSISTENT, engine/model.py). AR and DSpark decode
+tok/s and tau on real text at exact lengths, per corpus and context. Prints JSON lines.
 
-    python bench/pdl_check.py [--model PATH] [--contexts 1024,4096,7936] [--new 256] [--reps 5]
+    python bench/pdl_check.py [--switch DSPARK_PDL|DSPARK_PERSISTENT] [--model PATH] [--contexts 1024,4096,7936]
+                              [--new 256] [--reps 5]
     python bench/pdl_check.py --random --only on|off     AR only, random weights in the bundled model's
                                                         shape (no staging), one setting per process
 
-Two engines share the loaded weights: one whose graphs were captured with PDL on, one with it off
-(DSPARK_PDL=0 while it captures and runs). The settings alternate per repetition (on off, off on, ...)
+Two engines share the loaded weights: one made and captured with the switch on, one with it off
+(SWITCH=0 while it is made, captures and runs). The settings alternate per repetition (on off, off on, ...)
 so slow drift of the box cancels; every repetition takes a fresh window of the corpus, which both
 settings decode. The figures are the engine's own decode clock (prefill excluded). Without --model:
 the bundled model from the model cache. A GPU figure: on CPU it measures nothing (PDL is CUDA-only).
@@ -30,6 +32,8 @@ from engine.generate import Engine  # noqa: E402
 from engine.loader import load_model  # noqa: E402
 from gpu_timing import set_switch  # noqa: E402
 
+LABELS = {"DSPARK_PDL": ("pdl", "no_pdl"), "DSPARK_PERSISTENT": ("persistent", "separate")}  # on, off
+
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -40,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cuda", help="cpu: a smoke test of this script only (no PDL there)")
     ap.add_argument("--random", action="store_true", help="random weights in the bundled model's shape: AR only")
     ap.add_argument("--only", choices=("on", "off"), default=None, help="one engine, one setting, in this process")
+    ap.add_argument("--switch", choices=tuple(LABELS), default="DSPARK_PDL")
     args = ap.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         print("pdl_check: needs CUDA (programmatic dependent launch is a GPU feature)", file=sys.stderr)
@@ -48,8 +53,10 @@ def main(argv: list[str] | None = None) -> int:
         return _random_ar(args)
     loaded = load_model(args.model)
     engines = {}
+    sw = args.switch
+    on_l, off_l = LABELS[sw]
     for on in (True, False):
-        set_switch("DSPARK_PDL", on)
+        set_switch(sw, on)
         e = Engine(loaded=loaded, device=args.device)
         attach_drafter(e)
         engines[on] = e
@@ -58,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     corpora = {name: tok.encode((_ROOT / "harness" / "prompts" / f"{name}.txt").read_text()) for name in ("code", "prose")}
     cuda = args.device == "cuda"
     print(json.dumps({"device": torch.cuda.get_device_name() if cuda else "cpu", "torch": torch.__version__,
-                      "pdl_capable": cuda and torch.cuda.get_device_capability()[0] >= 9, "new_tokens": args.new}),
+                      "pdl_capable": cuda and torch.cuda.get_device_capability()[0] >= 9, "new_tokens": args.new,
+                      "switch": sw}),
           flush=True)
     for corpus, ids in corpora.items():
         for ctx in contexts:
@@ -70,12 +78,12 @@ def main(argv: list[str] | None = None) -> int:
             for rep in range(-1, args.reps):  # rep -1: warm-up (captures), not kept
                 window = ids[(rep + 1) * (ctx + args.new):][:ctx]
                 for on in ((True, False) if rep % 2 else (False, True)):
-                    set_switch("DSPARK_PDL", on)
+                    set_switch(sw, on)
                     e = engines[on]
                     ar = e.generate(window, args.new, stop_at_eos=False)
                     ds = e.generate(window, args.new, dspark=True, stop_at_eos=False)
                     if ds.tokens != ar.tokens:
-                        print(json.dumps({"corpus": corpus, "ctx": ctx, "error": "DSpark differs from AR", "pdl": on}))
+                        print(json.dumps({"corpus": corpus, "ctx": ctx, "error": "DSpark differs from AR", on_l: on}))
                         return 1
                     if rep >= 0:
                         rows[on]["ar"].append(len(ar.tokens) / ar.decode_s)
@@ -84,13 +92,13 @@ def main(argv: list[str] | None = None) -> int:
             med = {on: {k: statistics.median(v) for k, v in r.items()} for on, r in rows.items()}
             print(json.dumps({
                 "corpus": corpus, "ctx": ctx, "reps": args.reps,
-                "ar_tps": {"pdl": med[True]["ar"], "no_pdl": med[False]["ar"]},
-                "dspark_tps": {"pdl": med[True]["dspark"], "no_pdl": med[False]["dspark"]},
+                "ar_tps": {on_l: med[True]["ar"], off_l: med[False]["ar"]},
+                "dspark_tps": {on_l: med[True]["dspark"], off_l: med[False]["dspark"]},
                 "tau": med[True]["tau"], "ar_ratio": med[True]["ar"] / med[False]["ar"],
                 "dspark_ratio": med[True]["dspark"] / med[False]["dspark"],
                 "dspark_over_ar": med[True]["dspark"] / med[True]["ar"],
             }), flush=True)
-    set_switch("DSPARK_PDL", True)
+    set_switch(sw, True)
     return 0
 
 
@@ -103,22 +111,24 @@ def _random_ar(args) -> int:
     loaded = random_model()
     settings = [args.only == "on"] if args.only else [True, False]
     engines = {}
+    sw = args.switch
+    on_l, off_l = LABELS[sw]
     for on in settings:
-        set_switch("DSPARK_PDL", on)
+        set_switch(sw, on)
         engines[on] = Engine(loaded=loaded, device=args.device)
     for ctx in (int(c) for c in args.contexts.split(",")):
         ids = random_ids(ctx, loaded.config.vocab_size, seed=ctx)
         tps: dict[bool, list[float]] = {on: [] for on in settings}
         for rep in range(-1, args.reps):
             for on in settings:
-                set_switch("DSPARK_PDL", on)
+                set_switch(sw, on)
                 r = engines[on].generate(ids, args.new, stop_at_eos=False)
                 if rep >= 0:
                     tps[on].append(len(r.tokens) / r.decode_s)
         print(json.dumps({"ctx": ctx, "random_weights": True, "engines_in_process": len(settings),
-                          **{("ar_tps_pdl" if on else "ar_tps_no_pdl"): statistics.median(v) for on, v in tps.items()}}),
+                          **{f"ar_tps_{on_l if on else off_l}": statistics.median(v) for on, v in tps.items()}}),
               flush=True)
-    set_switch("DSPARK_PDL", True)
+    set_switch(sw, True)
     return 0
 
 

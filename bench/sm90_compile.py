@@ -23,6 +23,7 @@ from triton.compiler import ASTSource  # noqa: E402
 
 from kernels.decode_attention import _attn_combine_kernel, _attn_split_kernel  # noqa: E402
 from kernels.fused_linear import BLOCK_M, _fused_linear_kernel  # noqa: E402
+from kernels.persistent_step import MAX_SPIN, _persistent_step_kernel  # noqa: E402
 from kernels.qkv_rope import _qkv_rope_kernel  # noqa: E402
 from kernels.tuning import config_for  # noqa: E402
 
@@ -36,7 +37,7 @@ def compile_one(name, fn, sig: dict, const: dict, num_warps: int, num_stages: in
     k = triton.compile(src, target=TARGET, options=dict(num_warps=num_warps, num_stages=num_stages))
     ptx = k.asm["ptx"]
     return {"kernel": name, "prefetch": ptx.count("prefetch.global.L2"), "griddepcontrol": ptx.count("griddepcontrol"),
-            "shared": k.metadata.shared}
+            "atomics": ptx.count("atom."), "shared": k.metadata.shared, "registers": getattr(k, "n_regs", None)}
 
 
 def prefetch_lines(n_bytes: int) -> int:  # kernels.common's, where the kernels have the L2 prefetch
@@ -53,9 +54,12 @@ def main() -> int:
                                           ("linear", D, F, False, False, True), ("lm_head", V, D, True, False, False)]:
         cfg = config_for(kind, n, k)
         lines = prefetch_lines(cfg.block_n * k * 2) if kind != "lm_head" else 0
-        const = dict(HAS_NORM=norm, SWIGLU=swiglu, HAS_RES=res, HAS_BIAS=False, IEEE=False, UPCAST=False, BLOCK_M=BLOCK_M,
-                     BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, PREFETCH_LINES=lines, ELEM_BYTES=2, USE_PDL=True)
-        out.append(compile_one(f"fused_linear {kind} {n}x{k}", _fused_linear_kernel, lin, const, cfg.num_warps, cfg.num_stages))
+        for unroll in (0, k):
+            const = dict(HAS_NORM=norm, SWIGLU=swiglu, HAS_RES=res, HAS_BIAS=False, IEEE=False, UPCAST=False, BLOCK_M=BLOCK_M,
+                         BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, PREFETCH_LINES=lines, ELEM_BYTES=2, USE_PDL=True,
+                         UNROLL_K=unroll)
+            out.append(compile_one(f"fused_linear {kind} {n}x{k}{' unrolled' if unroll else ''}", _fused_linear_kernel, lin,
+                                   const, cfg.num_warps, cfg.num_stages))
     qkv = {"x_ptr": "*fp32", "x_stride": "i32", "norm_ptr": "*fp32", "w_ptr": "*bf16", "b_ptr": "*bf16", "qn_ptr": "*fp32",
            "kn_ptr": "*fp32", "cos_ptr": "*fp32", "sin_ptr": "*fp32", "pos_ptr": "*i32", "q_ptr": "*bf16",
            "k_cache_ptr": "*bf16", "v_cache_ptr": "*bf16", "cache_head_stride": "i32", "M": "i32", "K": "i32",
@@ -63,7 +67,7 @@ def main() -> int:
     cfg = config_for("qkv", (H + 2 * KVH) * HD, D)
     for sub in ((1, 2) if "SUB" in _qkv_rope_kernel.arg_names else (1,)):
         const = dict(HD=HD, HAS_BIAS=False, HAS_QKNORM=False, IEEE=False, UPCAST=False, BLOCK_M=BLOCK_M, BLOCK_K=cfg.block_k,
-                     SUB=sub, PREFETCH_LINES=prefetch_lines(HD // 2 // sub * D * 2), ELEM_BYTES=2, USE_PDL=True)
+                     SUB=sub, PREFETCH_LINES=prefetch_lines(HD // 2 // sub * D * 2), ELEM_BYTES=2, USE_PDL=True, UNROLL_K=D)
         out.append(compile_one(f"qkv_rope sub {sub}", _qkv_rope_kernel, qkv, const, cfg.num_warps, cfg.num_stages))
     att = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "start_ptr": "*i32", "end_ptr": "*i32", "out_ptr": "*fp32",
            "lse_ptr": "*fp32", "M": "i32", "H": "i32", "CAP": "i32", "cache_head_stride": "i32", "n_splits": "i32",
@@ -76,6 +80,28 @@ def main() -> int:
     comb = {"part_ptr": "*fp32", "lse_ptr": "*fp32", "out_ptr": "*bf16", "H": "i32", "n_splits": "i32"}
     out.append(compile_one("attention combine", _attn_combine_kernel, comb,
                            dict(HD=HD, BLOCK_S=triton.next_power_of_2(triton.cdiv(CAP, split)), USE_PDL=True), 4, 1))
+    pers = {n: "*bf16" for n in ("embed_ptr", "q_ptr", "a_ptr", "h_ptr", "wqkv_ptr", "bqkv_ptr", "k_ptr", "v_ptr", "wo_ptr",
+                                "wg_ptr", "wu_ptr", "wd_ptr")}
+    pers.update({n: "*fp32" for n in ("x_ptr", "part_ptr", "lse_ptr", "capture_ptr", "attn_norm_ptr", "qn_ptr", "kn_ptr",
+                                      "cos_ptr", "sin_ptr", "ffn_norm_ptr")})
+    pers.update({n: "*i32" for n in ("pos_ptr", "start_ptr", "end_ptr", "slot_ptr", "cnt_ptr", "err_ptr")})
+    pers.update({"tok_ptr": "*i64", "eps": "fp32", "scale_log2": "fp32"})
+    pers.update({n: "i32" for n in ("M", "D", "F", "H", "KVH", "CAP", "layer_cache_stride", "cache_head_stride",
+                                    "capture_slot_stride", "n_splits", "g_first", "g_last", "n_programs")})
+    pers = {n: pers[n] for n in _persistent_step_kernel.arg_names if n in pers}
+    qcfg, ocfg, gcfg, dcfg = (config_for("qkv", (H + 2 * KVH) * HD, D), config_for("linear", D, D),
+                              config_for("swiglu", F, D), config_for("linear", D, F))
+    sub = max(1, (HD // 2) // max(qcfg.block_n, 16))
+    split = 128
+    const = dict(HD=HD, G=H // KVH, HAS_BIAS=False, HAS_QKNORM=False, IEEE=False, UPCAST=False, BLOCK_M=BLOCK_M,
+                 BLOCK_D=1024, QKV_BK=qcfg.block_k, QKV_SUB=sub, SPLIT=split, BLOCK_R=32, BLOCK_KV=64,
+                 BLOCK_S=triton.next_power_of_2(triton.cdiv(CAP, split)), O_BN=ocfg.block_n, O_BK=ocfg.block_k,
+                 GU_BN=gcfg.block_n, GU_BK=gcfg.block_k, DN_BN=dcfg.block_n, DN_BK=dcfg.block_k,
+                 QKV_LINES=prefetch_lines(HD // 2 // sub * D * 2), ATTN_LINES=prefetch_lines(split * HD * 2),
+                 O_LINES=prefetch_lines(ocfg.block_n * D * 2), GU_LINES=prefetch_lines(gcfg.block_n * D * 2),
+                 DN_LINES=prefetch_lines(dcfg.block_n * F * 2), ELEM_BYTES=2, SYNC=True, MAX_SPIN=MAX_SPIN, USE_PDL=True,
+                 WAIT=True, WORK=True, QKV_UNROLL=D, O_UNROLL=D, GU_UNROLL=D, DN_UNROLL=F)
+    out.append(compile_one("persistent step", _persistent_step_kernel, pers, const, 4, 2))
     for r in out:
         print(json.dumps(r))
     return 0

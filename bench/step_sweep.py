@@ -5,7 +5,8 @@ the values, so nothing needs staging). Prints JSON lines.
     python bench/step_sweep.py [--sweep] [--tree PATH] [--contexts 1024,4096]
 
 - Without --sweep: the step (1 row and 7 rows) at each context with the table of kernels/tuning.py,
-  with programmatic dependent launch on and off (DSPARK_PDL=0).
+  with programmatic dependent launch on and off (DSPARK_PDL=0); where the tree has the persistent
+  step, both it and the six kernels per layer (`step` in each line).
 - --sweep: coordinate descent at the last context, 1 row: each kind's candidates in turn, the best
   kept, then the table and the best found, side by side at every context. The last line is the best
   table, ready for kernels/tuning.py.
@@ -132,6 +133,11 @@ def main() -> int:
         return 2
     loaded = random_model()
     model = Transformer(loaded.config, loaded.weights, "cuda")
+    # this tree's default step, and where it has the persistent step (kernels/persistent_step.py) also
+    # the six kernels per layer, on the same weights
+    steps = {"default": model}
+    if getattr(model, "persistent", False):
+        steps = {"persistent": model, "separate": Transformer(loaded.config, loaded.weights, "cuda", persistent=False)}
     contexts = [int(c) for c in ARGS.contexts.split(",")]
     tree = str(ARGS.tree or "this tree")
     if ARGS.table:
@@ -142,7 +148,9 @@ def main() -> int:
             set_switch("DSPARK_L2_PREFETCH", pf)
             for ctx in contexts:
                 for rows in (1, 7):
-                    emit(tree=tree, pdl=pdl, prefetch=pdl and pf, ctx=ctx, rows=rows, us=step_us(model, ctx, rows, ARGS.replays))
+                    for name, m in steps.items():
+                        emit(tree=tree, step=name, pdl=pdl, prefetch=pdl and pf, ctx=ctx, rows=rows,
+                             us=step_us(m, ctx, rows, ARGS.replays))
             if ARGS.breakdown and pdl:
                 emit(tree=tree, pdl=pdl, prefetch=pf, ctx=contexts[-1], breakdown_us=breakdown(model, contexts[-1], ARGS.replays))
         set_switch("DSPARK_PDL", True)

@@ -12,7 +12,8 @@ Both return, on request, the residual stream after chosen layers (the DSpark dra
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, fields
 
 import torch
 import torch.nn.functional as F
@@ -23,10 +24,20 @@ from kernels.decode_attention import AttentionWorkspace, attention_reference, at
 from kernels.embedding import embedding_reference, embedding_triton
 from kernels.fused_linear import fused_linear_reference, fused_linear_triton
 from kernels.greedy_commit import greedy_commit_reference, greedy_commit_triton
+from kernels.persistent_step import PersistentBuffers, check_persistent, persistent_step_triton
 from kernels.qkv_rope import qkv_rope_reference, qkv_rope_triton
 from kernels.rmsnorm import rmsnorm_reference, rmsnorm_triton
 
 STEP_ROWS = 8  # 1 committed token + up to 6 drafts, padded to 8 on the CPU path
+
+# The persistent step (kernels/persistent_step.py: every layer in one launch) is for models whose step is
+# launch-bound: at most this many bytes of weights per layer (the bundled model: 7 MB). Larger layers
+# are bandwidth-bound, where one program per SM streams less than the separate kernels' wider grids;
+# they keep the six kernels per layer. Where it fits it is the default once PERSISTENT_BY_DEFAULT says
+# so; DSPARK_PERSISTENT=1 asks for it (any size, and under the Triton interpreter, where it runs one
+# launch per phase: tests), =0 switches it off.
+PERSISTENT_MAX_LAYER_BYTES = 16 << 20
+PERSISTENT_BY_DEFAULT = False  # not yet: measured slower than the separate kernels (docs/perf.md, 2026-12-02)
 
 
 @dataclass
@@ -79,7 +90,7 @@ class KVCache:
 
 class Transformer:
     def __init__(self, config: ModelConfig, weights: dict[str, torch.Tensor], device: str | torch.device = "cpu",
-                 dtype: torch.dtype | None = None, backend: str | None = None):
+                 dtype: torch.dtype | None = None, backend: str | None = None, persistent: bool | None = None):
         self.config = config
         self.device = torch.device(device)
         self.dtype = dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
@@ -108,6 +119,36 @@ class Transformer:
         self._rope_len = 0
         self.cos = self.sin = None
         self.ensure_rope(min(config.max_seq_len, 4096))
+        self.persistent = self._persistent_wanted(persistent)
+        self.stacked = self._stack_layers() if self.persistent else {}
+
+    def _persistent_wanted(self, asked: bool | None) -> bool:
+        if self.ops.backend != "triton":
+            return False
+        env = os.environ.get("DSPARK_PERSISTENT")
+        if asked is None and env is not None:
+            asked = env != "0"
+        if self.device.type != "cuda" or asked is not None:
+            return bool(asked)  # the interpreter: only when asked
+        return PERSISTENT_BY_DEFAULT and self.persistent_fits()
+
+    def persistent_fits(self) -> bool:
+        """Whether this model's layers are small enough for the persistent step to be its default."""
+        lw = self.layers[0]
+        return sum(t.nbytes for t in (lw.wqkv, lw.wo, lw.w_gate, lw.w_up, lw.w_down)) <= PERSISTENT_MAX_LAYER_BYTES
+
+    def _stack_layers(self) -> dict[str, torch.Tensor]:
+        """Each per-layer weight as one [n_layers, ...] tensor (the persistent step indexes layers by
+        offset); the layers keep views into it, so nothing is stored twice."""
+        stacked = {}
+        for f in fields(LayerWeights):
+            if getattr(self.layers[0], f.name) is None:
+                continue
+            t = torch.stack([getattr(lw, f.name) for lw in self.layers]).contiguous()
+            for i, lw in enumerate(self.layers):
+                setattr(lw, f.name, t[i])
+            stacked[f.name] = t
+        return stacked
 
     # -- helpers -------------------------------------------------------------------------------
     def ensure_rope(self, n_positions: int) -> None:
@@ -195,6 +236,10 @@ class Transformer:
         ops = self.ops
         triton_path = ops.backend == "triton"
         rows = m if triton_path else STEP_ROWS
+        if triton_path and io.persistent is not None:
+            x = persistent_step_triton(self, io, rows, cache, io.persistent)
+            ops.fused_linear(x, self.lm_head, norm_weight=self.norm, eps=c.norm_eps, out=io.logits[:rows])
+            return
         pos = io.positions[:rows]
         x = ops.embedding(io.tokens[:rows], self.embed)
         for i, lw in enumerate(self.layers):
@@ -235,6 +280,12 @@ class StepIO:
             sms = torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else 8
             split = default_split(capacity, c.n_kv_heads, sms)
         self.workspace = AttentionWorkspace(STEP_ROWS, c.n_heads, c.head_dim, capacity, split, dev)
+        self.persistent = PersistentBuffers(c, STEP_ROWS, capture_layers, dev, model.dtype) if model.persistent else None
+
+    def check(self) -> None:
+        """After a step has run (never inside a capture): raise if the persistent step ever gave up waiting."""
+        if self.persistent is not None:
+            check_persistent(self.persistent)
 
     def set_rows(self, tokens: list[int] | torch.Tensor, base: int) -> None:
         """Row i holds tokens[i] at position base + i, causal (sees keys [0, base + i])."""

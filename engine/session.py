@@ -67,6 +67,7 @@ class Session:
 
             with self.preserved():
                 self._steps[key] = Replayable(run, model.device, self.use_graphs)
+            io.check()
         return self._steps[key]
 
     def prefill_graph(self, length: int) -> "PrefillGraph | None":

@@ -44,7 +44,7 @@ def _pdl_on(device_index: int) -> bool:
 
 
 @functools.cache
-def _prefetch_env_on() -> bool:
+def prefetch_env_on() -> bool:
     return os.environ.get("DSPARK_L2_PREFETCH", "1") != "0"
 
 
@@ -55,10 +55,26 @@ def _prefetch_env_on() -> bool:
 PREFETCH_MAX_BYTES = 8 << 20
 
 
+# A K walk of at most this many BLOCK_K steps may be unrolled (tl.static_range: the same arithmetic in
+# the same order, every chunk's loads issued at once instead of a few stages ahead). DSPARK_UNROLL_K=1
+# turns it on: a bench switch until the GPU says whether it pays (bench/persistent_probe.py).
+UNROLL_MAX_STEPS = 12
+
+
+@functools.cache
+def unroll_env_on() -> bool:
+    return os.environ.get("DSPARK_UNROLL_K", "0") == "1"
+
+
+def unroll_k(k: int, block_k: int) -> int:
+    """The UNROLL_K of a kernel whose K walk is k long in steps of block_k: k, or 0 (a loop)."""
+    return k if unroll_env_on() and -(-k // block_k) <= UNROLL_MAX_STEPS else 0
+
+
 def prefetch_on(pdl: dict, kernel_bytes: int) -> bool:
     """Whether a launch with these `pdl_args`, whose programs read `kernel_bytes` of weights or cache in
     all, prefetches them (DSPARK_L2_PREFETCH=0: never; a bench switch)."""
-    return pdl["USE_PDL"] and kernel_bytes <= PREFETCH_MAX_BYTES and _prefetch_env_on()
+    return pdl["USE_PDL"] and kernel_bytes <= PREFETCH_MAX_BYTES and prefetch_env_on()
 
 
 def pdl_args(t: torch.Tensor) -> dict:

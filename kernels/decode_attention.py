@@ -52,21 +52,24 @@ def attention_reference(
     return out.reshape(kvh, m, g, d).permute(1, 0, 2, 3).reshape(m, h * d).to(q.dtype)
 
 
-@triton.jit(do_not_specialize=["M"])
-def _attn_split_kernel(
-    q_ptr, k_ptr, v_ptr, start_ptr, end_ptr, out_ptr, lse_ptr,
+@triton.jit
+def attn_prefetch(kvh, split, k_ptr, v_ptr, CAP, cache_head_stride, HD: tl.constexpr, SPLIT: tl.constexpr,
+                  PREFETCH_LINES: tl.constexpr, ELEM_BYTES: tl.constexpr, USE_PDL: tl.constexpr):
+    """Ask L2 for a split's keys and values (all of it: the windows are not read before the wait)."""
+    n_keys = tl.minimum(CAP - split * SPLIT, SPLIT)
+    l2_prefetch(k_ptr + kvh * cache_head_stride + split * SPLIT * HD, n_keys * HD * ELEM_BYTES, PREFETCH_LINES, USE_PDL)
+    l2_prefetch(v_ptr + kvh * cache_head_stride + split * SPLIT * HD, n_keys * HD * ELEM_BYTES, PREFETCH_LINES, USE_PDL)
+
+
+@triton.jit
+def attn_split_tile(
+    kvh, split, q_ptr, k_ptr, v_ptr, start_ptr, end_ptr, out_ptr, lse_ptr,
     M, H, CAP, cache_head_stride, n_splits, scale_log2,
     G: tl.constexpr, HD: tl.constexpr, SPLIT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_KV: tl.constexpr,
-    IEEE: tl.constexpr, UPCAST: tl.constexpr, PREFETCH_LINES: tl.constexpr, ELEM_BYTES: tl.constexpr,
-    USE_PDL: tl.constexpr,
+    IEEE: tl.constexpr, UPCAST: tl.constexpr, CACHE: tl.constexpr,
 ):
-    kvh = tl.program_id(0)
-    split = tl.program_id(1)
-    if PREFETCH_LINES > 0:  # this split's keys and values (all of it: the windows are not read before the wait)
-        n_keys = tl.minimum(CAP - split * SPLIT, SPLIT)
-        l2_prefetch(k_ptr + kvh * cache_head_stride + split * SPLIT * HD, n_keys * HD * ELEM_BYTES, PREFETCH_LINES, USE_PDL)
-        l2_prefetch(v_ptr + kvh * cache_head_stride + split * SPLIT * HD, n_keys * HD * ELEM_BYTES, PREFETCH_LINES, USE_PDL)
-    pdl_start(USE_PDL)
+    """Pass 1 for one (KV head, split): every row and query head of the group against the split's keys.
+    CACHE: the load cache modifier of q and the cache (see fused_linear.linear_tile)."""
     r = tl.arange(0, BLOCK_R)
     row = r // G
     head = kvh * G + r % G
@@ -76,7 +79,8 @@ def _attn_split_kernel(
     kv_end = tl.load(end_ptr + row, mask=r_mask, other=0)
     lo = split * SPLIT
     hi = tl.minimum(lo + SPLIT, tl.max(kv_end, axis=0))
-    q = tl.load(q_ptr + row[:, None] * (H * HD) + head[:, None] * HD + d[None, :], mask=r_mask[:, None], other=0.0)
+    q = tl.load(q_ptr + row[:, None] * (H * HD) + head[:, None] * HD + d[None, :], mask=r_mask[:, None], other=0.0,
+                cache_modifier=CACHE)
     m_i = tl.full([BLOCK_R], -1.0e30, dtype=tl.float32)
     l_i = tl.zeros([BLOCK_R], dtype=tl.float32)
     acc = tl.zeros([BLOCK_R, HD], dtype=tl.float32)
@@ -85,7 +89,7 @@ def _attn_split_kernel(
     for kb in range(lo, hi, BLOCK_KV):
         kpos = kb + tl.arange(0, BLOCK_KV)
         in_cache = (kpos < CAP)[:, None]
-        k = tl.load(k_base + kpos[:, None] * HD + d[None, :], mask=in_cache, other=0.0)
+        k = tl.load(k_base + kpos[:, None] * HD + d[None, :], mask=in_cache, other=0.0, cache_modifier=CACHE)
         s = mma(q, tl.trans(k), tl.zeros([BLOCK_R, BLOCK_KV], dtype=tl.float32), IEEE, UPCAST)
         s = s * scale_log2
         valid = (kpos[None, :] >= kv_start[:, None]) & (kpos[None, :] < kv_end[:, None])
@@ -94,7 +98,7 @@ def _attn_split_kernel(
         alpha = tl.exp2(m_i - m_new)
         p = tl.where(valid, tl.exp2(s - m_new[:, None]), 0.0)
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        v = tl.load(v_base + kpos[:, None] * HD + d[None, :], mask=in_cache, other=0.0)
+        v = tl.load(v_base + kpos[:, None] * HD + d[None, :], mask=in_cache, other=0.0, cache_modifier=CACHE)
         acc = mma(p.to(v.dtype), v, acc * alpha[:, None], IEEE, UPCAST)
         m_i = m_new
     has = l_i > 0.0
@@ -105,24 +109,47 @@ def _attn_split_kernel(
     tl.store(lse_ptr + idx, lse, mask=r_mask)
 
 
-@triton.jit
-def _attn_combine_kernel(part_ptr, lse_ptr, out_ptr, H, n_splits, HD: tl.constexpr, BLOCK_S: tl.constexpr,
-                         USE_PDL: tl.constexpr):
+@triton.jit(do_not_specialize=["M"])
+def _attn_split_kernel(
+    q_ptr, k_ptr, v_ptr, start_ptr, end_ptr, out_ptr, lse_ptr,
+    M, H, CAP, cache_head_stride, n_splits, scale_log2,
+    G: tl.constexpr, HD: tl.constexpr, SPLIT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_KV: tl.constexpr,
+    IEEE: tl.constexpr, UPCAST: tl.constexpr, PREFETCH_LINES: tl.constexpr, ELEM_BYTES: tl.constexpr,
+    USE_PDL: tl.constexpr,
+):
+    kvh = tl.program_id(0)
+    split = tl.program_id(1)
+    if PREFETCH_LINES > 0:
+        attn_prefetch(kvh, split, k_ptr, v_ptr, CAP, cache_head_stride, HD, SPLIT, PREFETCH_LINES, ELEM_BYTES, USE_PDL)
     pdl_start(USE_PDL)
-    row = tl.program_id(0)
-    head = tl.program_id(1)
+    attn_split_tile(kvh, split, q_ptr, k_ptr, v_ptr, start_ptr, end_ptr, out_ptr, lse_ptr, M, H, CAP, cache_head_stride,
+                    n_splits, scale_log2, G, HD, SPLIT, BLOCK_R, BLOCK_KV, IEEE, UPCAST, "")
+
+
+@triton.jit
+def attn_combine_tile(row, head, part_ptr, lse_ptr, out_ptr, H, n_splits, HD: tl.constexpr, BLOCK_S: tl.constexpr,
+                      CACHE: tl.constexpr):
+    """Pass 2 for one (row, query head): the splits combined in a fixed order."""
     s = tl.arange(0, BLOCK_S)
     d = tl.arange(0, HD)
     base = (row * H + head) * n_splits
-    lse = tl.load(lse_ptr + base + s, mask=s < n_splits, other=float("-inf"))
+    lse = tl.load(lse_ptr + base + s, mask=s < n_splits, other=float("-inf"), cache_modifier=CACHE)
     mx = tl.max(lse, axis=0)
     mx = tl.where(mx == float("-inf"), 0.0, mx)
     w = tl.exp2(lse - mx)
-    part = tl.load(part_ptr + (base + s)[:, None] * HD + d[None, :], mask=(s < n_splits)[:, None], other=0.0)
+    part = tl.load(part_ptr + (base + s)[:, None] * HD + d[None, :], mask=(s < n_splits)[:, None], other=0.0,
+                   cache_modifier=CACHE)
     num = tl.sum(part * w[:, None], axis=0)
     den = tl.sum(w, axis=0)
     out = num / tl.where(den > 0.0, den, 1.0)
     tl.store(out_ptr + row * (H * HD) + head * HD + d, out.to(out_ptr.dtype.element_ty))
+
+
+@triton.jit
+def _attn_combine_kernel(part_ptr, lse_ptr, out_ptr, H, n_splits, HD: tl.constexpr, BLOCK_S: tl.constexpr,
+                         USE_PDL: tl.constexpr):
+    pdl_start(USE_PDL)
+    attn_combine_tile(tl.program_id(0), tl.program_id(1), part_ptr, lse_ptr, out_ptr, H, n_splits, HD, BLOCK_S, "")
 
 
 def default_split(capacity: int, n_kv_heads: int, n_sms: int) -> int:

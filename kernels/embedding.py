@@ -14,13 +14,17 @@ def embedding_reference(tokens: torch.Tensor, table: torch.Tensor) -> torch.Tens
 
 
 @triton.jit
-def _embedding_kernel(tok_ptr, table_ptr, out_ptr, D, BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr):
-    pdl_start(USE_PDL)
-    row = tl.program_id(0)
+def embedding_row(row, tok_ptr, table_ptr, out_ptr, D, BLOCK_D: tl.constexpr):
     tok = tl.load(tok_ptr + row).to(tl.int64)
     d = tl.arange(0, BLOCK_D)
     vals = tl.load(table_ptr + tok * D + d, mask=d < D, other=0.0)
     tl.store(out_ptr + row * D + d, vals.to(tl.float32), mask=d < D)
+
+
+@triton.jit
+def _embedding_kernel(tok_ptr, table_ptr, out_ptr, D, BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr):
+    pdl_start(USE_PDL)
+    embedding_row(tl.program_id(0), tok_ptr, table_ptr, out_ptr, D, BLOCK_D)
 
 
 def embedding_triton(tokens: torch.Tensor, table: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:

@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import UPCAST_DOT, l2_prefetch, mma, pdl_args, pdl_start, prefetch_lines, prefetch_on
+from kernels.common import UPCAST_DOT, l2_prefetch, mma, pdl_args, pdl_start, prefetch_lines, prefetch_on, unroll_k
 
 from kernels.rmsnorm import rmsnorm_reference
 from kernels.tuning import config_for
@@ -46,23 +46,55 @@ def fused_linear_reference(
     return y.to(out_dtype or (residual.dtype if residual is not None else x.dtype))
 
 
-@triton.jit(do_not_specialize=["M"])
-def _fused_linear_kernel(
-    x_ptr, x_stride, norm_ptr, w_ptr, up_ptr, bias_ptr, res_ptr, res_stride, out_ptr, out_stride,
-    M, N, K, eps,
+@triton.jit
+def linear_prefetch(pid, w_ptr, up_ptr, N, K, SWIGLU: tl.constexpr, BLOCK_N: tl.constexpr,
+                    PREFETCH_LINES: tl.constexpr, ELEM_BYTES: tl.constexpr, USE_PDL: tl.constexpr):
+    """Ask L2 for tile `pid`'s weight rows (contiguous: [pid*BLOCK_N, +BLOCK_N) x K), before a wait."""
+    n_rows = tl.minimum(N - pid * BLOCK_N, BLOCK_N)
+    l2_prefetch(w_ptr + pid * BLOCK_N * K, n_rows * K * ELEM_BYTES, PREFETCH_LINES, USE_PDL)
+    if SWIGLU:
+        l2_prefetch(up_ptr + pid * BLOCK_N * K, n_rows * K * ELEM_BYTES, PREFETCH_LINES, USE_PDL)
+
+
+@triton.jit
+def row_squares(x_ptr, x_stride, rm, m_mask, kk, K, CACHE: tl.constexpr):
+    """Per row, the sum of squares of x[:, kk] (float32): one chunk of an RMSNorm's pass over x."""
+    xv = tl.load(x_ptr + rm[:, None] * x_stride + kk[None, :], mask=m_mask[:, None] & (kk[None, :] < K), other=0.0,
+                 cache_modifier=CACHE).to(tl.float32)
+    return tl.sum(xv * xv, axis=1)
+
+
+@triton.jit
+def _linear_k_block(acc, acc_up, kk, x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, up_ptr, rn, n_mask, K,
+                    HAS_NORM: tl.constexpr, SWIGLU: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
+                    CACHE: tl.constexpr):
+    """One BLOCK_K step of the product's K walk."""
+    k_mask = kk < K
+    xv = tl.load(x_ptr + rm[:, None] * x_stride + kk[None, :], mask=m_mask[:, None] & k_mask[None, :], other=0.0,
+                 cache_modifier=CACHE)
+    if HAS_NORM:
+        nw = tl.load(norm_ptr + kk, mask=k_mask, other=0.0).to(tl.float32)
+        xv = xv.to(tl.float32) * rstd[:, None] * nw[None, :]
+    a = xv.to(w_ptr.dtype.element_ty)
+    w = tl.load(w_ptr + rn[:, None] * K + kk[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0)
+    acc = mma(a, tl.trans(w), acc, IEEE, UPCAST)
+    if SWIGLU:
+        u = tl.load(up_ptr + rn[:, None] * K + kk[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0)
+        acc_up = mma(a, tl.trans(u), acc_up, IEEE, UPCAST)
+    return acc, acc_up
+
+
+@triton.jit
+def linear_tile(
+    pid, x_ptr, x_stride, norm_ptr, w_ptr, up_ptr, bias_ptr, res_ptr, res_stride, M, N, K, eps,
     HAS_NORM: tl.constexpr, SWIGLU: tl.constexpr, HAS_RES: tl.constexpr, HAS_BIAS: tl.constexpr,
     IEEE: tl.constexpr, UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    PREFETCH_LINES: tl.constexpr, ELEM_BYTES: tl.constexpr, USE_PDL: tl.constexpr,
+    CACHE: tl.constexpr, UNROLL_K: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    if PREFETCH_LINES > 0:  # this program's weight rows, contiguous: [pid*BLOCK_N, +BLOCK_N) x K
-        n_rows = tl.minimum(N - pid * BLOCK_N, BLOCK_N)
-        l2_prefetch(w_ptr + pid * BLOCK_N * K, n_rows * K * ELEM_BYTES,
-                    PREFETCH_LINES, USE_PDL)
-        if SWIGLU:
-            l2_prefetch(up_ptr + pid * BLOCK_N * K, n_rows * K * ELEM_BYTES,
-                        PREFETCH_LINES, USE_PDL)
-    pdl_start(USE_PDL)
+    """Output tile `pid` (BLOCK_N columns, every row) of the fused op, float32. CACHE is the load cache
+    modifier of x and the residual: ".cg" (L2 only) where another program of the same launch wrote them
+    (kernels/persistent_step.py), "" otherwise. UNROLL_K = K (0: a loop): the K walks unrolled, the
+    same arithmetic in the same order, so every chunk's loads can be in flight at once."""
     rm = tl.arange(0, BLOCK_M)
     rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
@@ -72,36 +104,58 @@ def _fused_linear_kernel(
     # product's K walk instead, elementwise, saves that pass on the bundled shape but holds a
     # [BLOCK_M, BLOCK_K] fp32 tile through the walk: the 1B guard shape decoded 23 % slower with it,
     # docs/perf.md, 2026-12-02 third session.)
+    rstd = tl.zeros([BLOCK_M], dtype=tl.float32)
     if HAS_NORM:
         ss = tl.zeros([BLOCK_M], dtype=tl.float32)
-        for k0 in range(0, K, BLOCK_K):
-            kk = k0 + rk
-            xv = tl.load(x_ptr + rm[:, None] * x_stride + kk[None, :], mask=m_mask[:, None] & (kk[None, :] < K), other=0.0).to(tl.float32)
-            ss += tl.sum(xv * xv, axis=1)
+        if UNROLL_K > 0:
+            for k0 in tl.static_range(0, UNROLL_K, BLOCK_K):
+                ss += row_squares(x_ptr, x_stride, rm, m_mask, k0 + rk, K, CACHE)
+        else:
+            for k0 in range(0, K, BLOCK_K):
+                ss += row_squares(x_ptr, x_stride, rm, m_mask, k0 + rk, K, CACHE)
         rstd = 1.0 / tl.sqrt(ss / K + eps)
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    if SWIGLU:
-        acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        kk = k0 + rk
-        k_mask = kk < K
-        xv = tl.load(x_ptr + rm[:, None] * x_stride + kk[None, :], mask=m_mask[:, None] & k_mask[None, :], other=0.0)
-        if HAS_NORM:
-            nw = tl.load(norm_ptr + kk, mask=k_mask, other=0.0).to(tl.float32)
-            xv = xv.to(tl.float32) * rstd[:, None] * nw[None, :]
-        a = xv.to(w_ptr.dtype.element_ty)
-        w = tl.load(w_ptr + rn[:, None] * K + kk[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0)
-        acc = mma(a, tl.trans(w), acc, IEEE, UPCAST)
-        if SWIGLU:
-            u = tl.load(up_ptr + rn[:, None] * K + kk[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0)
-            acc_up = mma(a, tl.trans(u), acc_up, IEEE, UPCAST)
+    acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    if UNROLL_K > 0:
+        for k0 in tl.static_range(0, UNROLL_K, BLOCK_K):
+            acc, acc_up = _linear_k_block(acc, acc_up, k0 + rk, x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, up_ptr,
+                                          rn, n_mask, K, HAS_NORM, SWIGLU, IEEE, UPCAST, CACHE)
+    else:
+        for k0 in range(0, K, BLOCK_K):
+            acc, acc_up = _linear_k_block(acc, acc_up, k0 + rk, x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, up_ptr,
+                                          rn, n_mask, K, HAS_NORM, SWIGLU, IEEE, UPCAST, CACHE)
     if HAS_BIAS:
         acc += tl.load(bias_ptr + rn, mask=n_mask, other=0.0).to(tl.float32)[None, :]
     if SWIGLU:
         acc = acc / (1.0 + tl.exp(-acc)) * acc_up
     if HAS_RES:
-        acc += tl.load(res_ptr + rm[:, None] * res_stride + rn[None, :], mask=m_mask[:, None] & n_mask[None, :], other=0.0).to(tl.float32)
-    tl.store(out_ptr + rm[:, None] * out_stride + rn[None, :], acc.to(out_ptr.dtype.element_ty), mask=m_mask[:, None] & n_mask[None, :])
+        acc += tl.load(res_ptr + rm[:, None] * res_stride + rn[None, :], mask=m_mask[:, None] & n_mask[None, :], other=0.0,
+                       cache_modifier=CACHE).to(tl.float32)
+    return acc
+
+
+@triton.jit
+def store_tile(out_ptr, out_stride, acc, pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    rm = tl.arange(0, BLOCK_M)
+    rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    tl.store(out_ptr + rm[:, None] * out_stride + rn[None, :], acc.to(out_ptr.dtype.element_ty), mask=(rm < M)[:, None] & (rn < N)[None, :])
+
+
+@triton.jit(do_not_specialize=["M"])
+def _fused_linear_kernel(
+    x_ptr, x_stride, norm_ptr, w_ptr, up_ptr, bias_ptr, res_ptr, res_stride, out_ptr, out_stride,
+    M, N, K, eps,
+    HAS_NORM: tl.constexpr, SWIGLU: tl.constexpr, HAS_RES: tl.constexpr, HAS_BIAS: tl.constexpr,
+    IEEE: tl.constexpr, UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    PREFETCH_LINES: tl.constexpr, ELEM_BYTES: tl.constexpr, USE_PDL: tl.constexpr, UNROLL_K: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    if PREFETCH_LINES > 0:
+        linear_prefetch(pid, w_ptr, up_ptr, N, K, SWIGLU, BLOCK_N, PREFETCH_LINES, ELEM_BYTES, USE_PDL)
+    pdl_start(USE_PDL)
+    acc = linear_tile(pid, x_ptr, x_stride, norm_ptr, w_ptr, up_ptr, bias_ptr, res_ptr, res_stride, M, N, K, eps,
+                      HAS_NORM, SWIGLU, HAS_RES, HAS_BIAS, IEEE, UPCAST, BLOCK_M, BLOCK_N, BLOCK_K, "", UNROLL_K)
+    store_tile(out_ptr, out_stride, acc, pid, M, N, BLOCK_M, BLOCK_N)
 
 
 def fused_linear_triton(
@@ -139,6 +193,6 @@ def fused_linear_triton(
         HAS_NORM=norm_weight is not None, SWIGLU=up_weight is not None, HAS_RES=residual is not None,
         HAS_BIAS=bias is not None, UPCAST=UPCAST_DOT, IEEE=weight.dtype == torch.float32,
         BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-        PREFETCH_LINES=lines, ELEM_BYTES=weight.element_size(), **pdl,
+        PREFETCH_LINES=lines, ELEM_BYTES=weight.element_size(), UNROLL_K=unroll_k(k, cfg.block_k), **pdl,
     )
     return out

@@ -14,9 +14,9 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import UPCAST_DOT, l2_prefetch, mma, pdl_args, pdl_start, prefetch_lines, prefetch_on
+from kernels.common import UPCAST_DOT, l2_prefetch, mma, pdl_args, pdl_start, prefetch_lines, prefetch_on, unroll_k
 
-from kernels.fused_linear import BLOCK_M
+from kernels.fused_linear import BLOCK_M, row_squares
 from kernels.rmsnorm import rmsnorm_reference
 from kernels.tuning import config_for
 
@@ -66,49 +66,71 @@ def qkv_rope_reference(
     return q.to(k_cache.dtype)
 
 
-@triton.jit(do_not_specialize=["M"])
-def _qkv_rope_kernel(
-    x_ptr, x_stride, norm_ptr, w_ptr, b_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr,
+@triton.jit
+def qkv_prefetch(pid, w_ptr, K, HD: tl.constexpr, SUB: tl.constexpr, PREFETCH_LINES: tl.constexpr,
+                 ELEM_BYTES: tl.constexpr, USE_PDL: tl.constexpr):
+    """Ask L2 for program `pid`'s weight rows, one range per rotate-half half, before a wait."""
+    HALF: tl.constexpr = HD // 2
+    HB: tl.constexpr = HALF // SUB
+    row0 = (pid // SUB) * HD
+    part = pid % SUB
+    l2_prefetch(w_ptr + (row0 + part * HB) * K, HB * K * ELEM_BYTES, PREFETCH_LINES, USE_PDL)
+    l2_prefetch(w_ptr + (row0 + HALF + part * HB) * K, HB * K * ELEM_BYTES, PREFETCH_LINES, USE_PDL)
+
+
+@triton.jit
+def _qkv_k_block(acc1, acc2, kk, x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, row0, rh, K, HALF: tl.constexpr,
+                 IEEE: tl.constexpr, UPCAST: tl.constexpr, CACHE: tl.constexpr):
+    """One BLOCK_K step of the K walk: both rotate-half halves of a head."""
+    k_mask = kk < K
+    xv = tl.load(x_ptr + rm[:, None] * x_stride + kk[None, :], mask=m_mask[:, None] & k_mask[None, :], other=0.0,
+                 cache_modifier=CACHE).to(tl.float32)
+    nw = tl.load(norm_ptr + kk, mask=k_mask, other=0.0).to(tl.float32)
+    a = (xv * rstd[:, None] * nw[None, :]).to(w_ptr.dtype.element_ty)
+    w1 = tl.load(w_ptr + (row0 + rh)[:, None] * K + kk[None, :], mask=k_mask[None, :], other=0.0)
+    w2 = tl.load(w_ptr + (row0 + HALF + rh)[:, None] * K + kk[None, :], mask=k_mask[None, :], other=0.0)
+    return mma(a, tl.trans(w1), acc1, IEEE, UPCAST), mma(a, tl.trans(w2), acc2, IEEE, UPCAST)
+
+
+@triton.jit
+def qkv_rope_tile(
+    pid, x_ptr, x_stride, norm_ptr, w_ptr, b_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr,
     q_ptr, k_cache_ptr, v_cache_ptr, cache_head_stride,
     M, K, eps, H, KVH,
     HD: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_QKNORM: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, SUB: tl.constexpr, PREFETCH_LINES: tl.constexpr,
-    ELEM_BYTES: tl.constexpr, USE_PDL: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, SUB: tl.constexpr, CACHE: tl.constexpr, UNROLL_K: tl.constexpr,
 ):
-    # program = (head, part): SUB programs per head, part p owning the columns [p*HB, (p+1)*HB) of each
-    # rotate-half half (HB = HD/2/SUB), so RoPE's pairs (i, i + HD/2) stay in one program.
+    """Program `pid` = (head, part): SUB programs per head, part p owning the columns [p*HB, (p+1)*HB) of
+    each rotate-half half (HB = HD/2/SUB), so RoPE's pairs (i, i + HD/2) stay in one program. CACHE: the
+    load cache modifier of x, UNROLL_K the K walks unrolled or not (see fused_linear.linear_tile)."""
     HALF: tl.constexpr = HD // 2
     HB: tl.constexpr = HALF // SUB
-    head = tl.program_id(0) // SUB
-    part = tl.program_id(0) % SUB
+    head = pid // SUB
+    part = pid % SUB
     row0 = head * HD
-    if PREFETCH_LINES > 0:  # this program's weight rows: one range per half
-        l2_prefetch(w_ptr + (row0 + part * HB) * K, HB * K * ELEM_BYTES, PREFETCH_LINES, USE_PDL)
-        l2_prefetch(w_ptr + (row0 + HALF + part * HB) * K, HB * K * ELEM_BYTES, PREFETCH_LINES, USE_PDL)
-    pdl_start(USE_PDL)
     rm = tl.arange(0, BLOCK_M)
     rh = part * HB + tl.arange(0, HB)
     rk = tl.arange(0, BLOCK_K)
     m_mask = rm < M
     # RMSNorm's rstd first, from one pass over x (see fused_linear.py for why not inside the K walk)
     ss = tl.zeros([BLOCK_M], dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        kk = k0 + rk
-        xv = tl.load(x_ptr + rm[:, None] * x_stride + kk[None, :], mask=m_mask[:, None] & (kk[None, :] < K), other=0.0).to(tl.float32)
-        ss += tl.sum(xv * xv, axis=1)
+    if UNROLL_K > 0:
+        for k0 in tl.static_range(0, UNROLL_K, BLOCK_K):
+            ss += row_squares(x_ptr, x_stride, rm, m_mask, k0 + rk, K, CACHE)
+    else:
+        for k0 in range(0, K, BLOCK_K):
+            ss += row_squares(x_ptr, x_stride, rm, m_mask, k0 + rk, K, CACHE)
     rstd = 1.0 / tl.sqrt(ss / K + eps)
     acc1 = tl.zeros([BLOCK_M, HB], dtype=tl.float32)
     acc2 = tl.zeros([BLOCK_M, HB], dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        kk = k0 + rk
-        k_mask = kk < K
-        xv = tl.load(x_ptr + rm[:, None] * x_stride + kk[None, :], mask=m_mask[:, None] & k_mask[None, :], other=0.0).to(tl.float32)
-        nw = tl.load(norm_ptr + kk, mask=k_mask, other=0.0).to(tl.float32)
-        a = (xv * rstd[:, None] * nw[None, :]).to(w_ptr.dtype.element_ty)
-        w1 = tl.load(w_ptr + (row0 + rh)[:, None] * K + kk[None, :], mask=k_mask[None, :], other=0.0)
-        w2 = tl.load(w_ptr + (row0 + HALF + rh)[:, None] * K + kk[None, :], mask=k_mask[None, :], other=0.0)
-        acc1 = mma(a, tl.trans(w1), acc1, IEEE, UPCAST)
-        acc2 = mma(a, tl.trans(w2), acc2, IEEE, UPCAST)
+    if UNROLL_K > 0:
+        for k0 in tl.static_range(0, UNROLL_K, BLOCK_K):
+            acc1, acc2 = _qkv_k_block(acc1, acc2, k0 + rk, x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, row0, rh, K,
+                                      HALF, IEEE, UPCAST, CACHE)
+    else:
+        for k0 in range(0, K, BLOCK_K):
+            acc1, acc2 = _qkv_k_block(acc1, acc2, k0 + rk, x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, row0, rh, K,
+                                      HALF, IEEE, UPCAST, CACHE)
     if HAS_BIAS:
         acc1 += tl.load(b_ptr + row0 + rh).to(tl.float32)[None, :]
         acc2 += tl.load(b_ptr + row0 + HALF + rh).to(tl.float32)[None, :]
@@ -144,6 +166,24 @@ def _qkv_rope_kernel(
             base = v_cache_ptr + (head - H - KVH) * cache_head_stride + pos[:, None] * HD + rh[None, :]
         tl.store(base, o1.to(k_cache_ptr.dtype.element_ty), mask=mask2)
         tl.store(base + HALF, o2.to(k_cache_ptr.dtype.element_ty), mask=mask2)
+
+
+@triton.jit(do_not_specialize=["M"])
+def _qkv_rope_kernel(
+    x_ptr, x_stride, norm_ptr, w_ptr, b_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr,
+    q_ptr, k_cache_ptr, v_cache_ptr, cache_head_stride,
+    M, K, eps, H, KVH,
+    HD: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_QKNORM: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, SUB: tl.constexpr, PREFETCH_LINES: tl.constexpr,
+    ELEM_BYTES: tl.constexpr, USE_PDL: tl.constexpr, UNROLL_K: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    if PREFETCH_LINES > 0:
+        qkv_prefetch(pid, w_ptr, K, HD, SUB, PREFETCH_LINES, ELEM_BYTES, USE_PDL)
+    pdl_start(USE_PDL)
+    qkv_rope_tile(pid, x_ptr, x_stride, norm_ptr, w_ptr, b_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr,
+                  q_ptr, k_cache_ptr, v_cache_ptr, cache_head_stride, M, K, eps, H, KVH,
+                  HD, HAS_BIAS, HAS_QKNORM, IEEE, UPCAST, BLOCK_M, BLOCK_K, SUB, "", UNROLL_K)
 
 
 def qkv_rope_triton(
@@ -183,6 +223,7 @@ def qkv_rope_triton(
         m, k, eps, n_heads, n_kv_heads,
         HD=hd, HAS_BIAS=bqkv is not None, HAS_QKNORM=q_norm is not None, UPCAST=UPCAST_DOT, IEEE=wqkv.dtype == torch.float32,
         BLOCK_M=BLOCK_M, BLOCK_K=cfg.block_k, SUB=sub, PREFETCH_LINES=lines, ELEM_BYTES=wqkv.element_size(),
+        UNROLL_K=unroll_k(k, cfg.block_k),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl,
     )
     return q_out

@@ -57,11 +57,17 @@ def test_the_probe_sees_a_zero_dim_tensor_index():
     assert probe.hits == []
 
 
-@pytest.fixture(scope="module")
-def triton_engine():
+@pytest.fixture(scope="module", params=["separate kernels", "persistent step"])
+def triton_engine(request):
     c = tiny_config("llama", n_layers=4, max_seq_len=512)
     loaded = LoadedModel(c, random_weights(c, seed=5), None, Path("<tiny>"), "tiny")
-    engine = Engine(loaded=loaded, device="cpu", backend="triton")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("DSPARK_PERSISTENT", "1" if request.param == "persistent step" else "0")
+    try:
+        engine = Engine(loaded=loaded, device="cpu", backend="triton")
+    finally:
+        mp.undo()
+    assert engine.model.persistent == (request.param == "persistent step")
     use_drafter(engine, random_drafter(engine, seed=0, ffn_dim=96, markov_rank=16, window=64),
                 SpecOptions(confidence_threshold=0.0))
     return engine

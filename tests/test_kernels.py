@@ -197,3 +197,50 @@ def test_markov_draft(dtype, gen):
     b = markov_draft_triton(ids, vals, last, u, v, torch.zeros(p, dtype=torch.int64, device=DEV))
     assert torch.equal(a, b)
     assert all(int(a[i]) in ids[i].tolist() for i in range(p))
+
+
+@pytest.fixture
+def unrolled(monkeypatch):
+    """DSPARK_UNROLL_K=1 for the launches inside `with unrolled():` (kernels.common.unroll_k)."""
+    from contextlib import contextmanager
+
+    from kernels import common
+
+    @contextmanager
+    def on():
+        monkeypatch.setenv("DSPARK_UNROLL_K", "1")
+        common.unroll_env_on.cache_clear()
+        try:
+            yield
+        finally:
+            monkeypatch.delenv("DSPARK_UNROLL_K")
+            common.unroll_env_on.cache_clear()
+
+    return on
+
+
+def test_unrolled_k_walks_compute_the_same_bits(unrolled, gen):
+    """DSPARK_UNROLL_K unrolls the K walks of fused_linear and qkv_rope (tl.static_range): the same
+    arithmetic in the same order, so the same bits; walks longer than UNROLL_MAX_STEPS stay loops."""
+    from kernels import common
+
+    m, k, n = 5, 96, 64
+    x, nw, res = randn(m, k, g=gen), randn(k, g=gen) * 0.1 + 1.0, randn(m, n, g=gen)
+    w, u = randn(n, k, g=gen, scale=k**-0.5), randn(n, k, g=gen, scale=k**-0.5)
+    runs = []
+    heads, kvh, hd, cap = 4, 2, 32, 24
+    wqkv = randn((heads + 2 * kvh) * hd, k, g=gen, scale=k**-0.5)
+    cos, sin = rope_tables(hd, 10000.0, RopeScaling(), cap, DEV)
+    pos = torch.arange(3, 3 + m, dtype=torch.int32, device=DEV)
+    for on in (False, True):
+        caches = [torch.zeros(kvh, cap, hd, device=DEV) for _ in range(2)]
+        with (unrolled() if on else tuning.override("linear")), tuning.override("linear", block_k=32), \
+                tuning.override("swiglu", block_k=32), tuning.override("qkv", block_k=32):
+            assert common.unroll_k(k, 32) == (k if on else 0)
+            runs.append([fused_linear_triton(x, w, norm_weight=nw, up_weight=u),
+                         fused_linear_triton(x, w, residual=res),
+                         qkv_rope_triton(x, nw, wqkv, None, None, None, cos, sin, pos, caches[0], caches[1], heads, kvh, 1e-6),
+                         caches[0]])
+    assert all(torch.equal(a, b) for a, b in zip(*runs))
+    with unrolled():
+        assert common.unroll_k(4096, 64) == 0  # 64 steps: stays a loop

@@ -104,3 +104,50 @@ def test_step_captures_requested_layers():
     for slot, cap in enumerate(full_caps):
         assert torch.allclose(io.capture[slot, :4], cap[0, 8:12], atol=1e-5)
     assert io.capture.shape == (2, STEP_ROWS, c.dim)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
+def test_the_persistent_step_computes_what_the_separate_kernels_compute(arch):
+    """kernels/persistent_step.py runs every layer's tiles in one launch (on the GPU) through the very
+    tile functions of the separate kernels; interpreted, one launch per phase. Logits and the captured
+    residuals are bit-identical to the six-kernels-per-layer step, for 1 and for 7 rows."""
+    c = tiny_config(arch, n_layers=3)
+    w = random_weights(c, 4)
+    tokens = torch.randint(0, c.vocab_size, (40,), generator=torch.Generator().manual_seed(5)).tolist()
+    runs = {}
+    for persistent in (False, True):
+        model = Transformer(c, w, DEV, torch.float32, "triton", persistent=persistent)
+        assert model.persistent == persistent
+        out = []
+        for rows in (1, 7):
+            cache = model.new_cache(96)
+            model.forward_full(torch.tensor([tokens[:20]], device=model.device), cache)
+            io = StepIO(model, 96, capture_layers=(0, 2), split=32)  # split 32: several splits per head
+            io.set_rows(tokens[20 : 20 + rows], 20)
+            model.step(io, rows, cache)
+            io.check()
+            out.append((io.logits[:rows].cpu().clone(), io.capture[:, :rows].cpu().clone(), cache.k.cpu().clone()))
+        runs[persistent] = out
+    for (a, ca, ka), (b, cb, kb) in zip(runs[False], runs[True]):
+        assert torch.equal(a, b) and torch.equal(ca, cb) and torch.equal(ka, kb)
+
+
+def test_the_persistent_step_is_chosen_by_layer_size(monkeypatch):
+    """On CUDA, models whose layers hold at most PERSISTENT_MAX_LAYER_BYTES run the persistent step when
+    PERSISTENT_BY_DEFAULT; elsewhere (the interpreter) only when asked; DSPARK_PERSISTENT=1 asks for it,
+    =0 switches it off."""
+    from engine import model as model_mod
+
+    c = tiny_config("llama")
+    w = random_weights(c)
+    assert not Transformer(c, w, "cpu", torch.float32, "triton").persistent  # interpreter: not by default
+    assert not Transformer(c, w, "cpu", torch.float32, "torch", persistent=True).persistent  # torch backend: never
+    monkeypatch.setenv("DSPARK_PERSISTENT", "1")
+    m = Transformer(c, w, "cpu", torch.float32, "triton")
+    assert m.persistent and m.stacked["wqkv"].shape == (c.n_layers, c.q_dim + 2 * c.kv_dim, c.dim)
+    assert m.layers[1].wqkv.data_ptr() == m.stacked["wqkv"][1].data_ptr()  # views: nothing stored twice
+    assert m.persistent_fits()
+    monkeypatch.setenv("DSPARK_PERSISTENT", "0")
+    assert not Transformer(c, w, "cpu", torch.float32, "triton").persistent
+    monkeypatch.delenv("DSPARK_PERSISTENT")
+    assert model_mod.PERSISTENT_MAX_LAYER_BYTES >= 7 << 20  # the bundled model's layers (7 MB in bf16) fit
