@@ -43,14 +43,11 @@ def time_graph(fn, replays: int = 200, batches: int = 5) -> float:
 
 
 def set_switch(var: str, on: bool) -> None:
-    """Kernel feature `var` on (the default) or off (`var=0`) for the launches and captures that follow;
+    """Kernel feature `var` on (`var=1`) or off (`var=0`) for the launches and captures that follow;
     a checkout whose kernels lack the switch is left as it is."""
     from kernels import common
 
-    if on:
-        os.environ.pop(var, None)
-    else:
-        os.environ[var] = "0"
+    os.environ[var] = "1" if on else "0"
     cached = getattr(common, SWITCH_CACHES[var] or "", None)
     if cached is not None:
         cached.cache_clear()
