@@ -4,10 +4,10 @@ goes: random weights in the bundled model's shape (no staging), the captured ste
 
     python bench/persistent_probe.py [--contexts 1024,4096] [--replays 200]
 
-Variants: the separate kernels with the K walks looped and unrolled (DSPARK_UNROLL_K), the persistent
-step at several launch shapes (DSPARK_PERSISTENT_WARPS / _STAGES), and three probes that compute wrong
-results on purpose to split its time: `nowait` (tiles only: no phase waits), `nowork` (waits only: no
-tiles) and `nowork-nowait`. Each real variant's logits are compared with the separate kernels' (max
+Variants: the separate kernels with the RMSNorm pass looped and unrolled (DSPARK_UNROLL_NORM), the
+persistent step at several launch shapes (DSPARK_PERSISTENT_WARPS / _STAGES), and a probe that
+computes wrong results on purpose to split its time (DSPARK_PERSISTENT_PROBE: `nowait`, tiles only;
+`nowork`, waits only; `nowork-nowait`, neither; docs/perf-data/2026-12-02-persistent-v2 has all three). Each real variant's logits are compared with the separate kernels' (max
 absolute difference, and whether every row's argmax agrees).
 """
 
@@ -30,19 +30,16 @@ from gpu_timing import time_graph  # noqa: E402
 from kernels import common  # noqa: E402
 from models import random_model  # noqa: E402
 
+U0, U1 = {"DSPARK_UNROLL_NORM": "0"}, {"DSPARK_UNROLL_NORM": "1"}
 VARIANTS = [  # (name, persistent, env)
-    ("separate", False, {}),
-    ("separate-unroll", False, {"DSPARK_UNROLL_K": "1"}),
-    ("persistent-w4-s2", True, {"DSPARK_PERSISTENT_STAGES": "2"}),
-    ("persistent-w4-s4", True, {"DSPARK_PERSISTENT_STAGES": "4"}),
-    ("persistent-w4-unroll", True, {"DSPARK_UNROLL_K": "1", "DSPARK_PERSISTENT_STAGES": "1"}),
-    ("persistent-w8-unroll", True, {"DSPARK_UNROLL_K": "1", "DSPARK_PERSISTENT_STAGES": "1", "DSPARK_PERSISTENT_WARPS": "8"}),
-    ("probe-nowait", True, {"DSPARK_UNROLL_K": "1", "DSPARK_PERSISTENT_STAGES": "1", "DSPARK_PERSISTENT_PROBE": "nowait"}),
-    ("probe-nowork", True, {"DSPARK_UNROLL_K": "1", "DSPARK_PERSISTENT_STAGES": "1", "DSPARK_PERSISTENT_PROBE": "nowork"}),
-    ("probe-neither", True, {"DSPARK_UNROLL_K": "1", "DSPARK_PERSISTENT_STAGES": "1",
-                             "DSPARK_PERSISTENT_PROBE": "nowork-nowait"}),
+    ("separate", False, U0),
+    ("separate-unrollnorm", False, U1),
+    ("persistent-s4", True, {**U0, "DSPARK_PERSISTENT_STAGES": "4"}),
+    ("persistent-s4-unrollnorm", True, {**U1, "DSPARK_PERSISTENT_STAGES": "4"}),
+    ("persistent-s3-unrollnorm", True, {**U1, "DSPARK_PERSISTENT_STAGES": "3"}),
+    ("probe-nowait-s4-unrollnorm", True, {**U1, "DSPARK_PERSISTENT_STAGES": "4", "DSPARK_PERSISTENT_PROBE": "nowait"}),
 ]
-KNOBS = ("DSPARK_UNROLL_K", "DSPARK_PERSISTENT_STAGES", "DSPARK_PERSISTENT_WARPS", "DSPARK_PERSISTENT_PROBE")
+KNOBS = ("DSPARK_UNROLL_NORM", "DSPARK_PERSISTENT_STAGES", "DSPARK_PERSISTENT_WARPS", "DSPARK_PERSISTENT_PROBE")
 
 
 def _set(env: dict) -> None:

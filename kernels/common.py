@@ -55,19 +55,20 @@ def prefetch_env_on() -> bool:
 PREFETCH_MAX_BYTES = 8 << 20
 
 
-# A K walk of at most this many BLOCK_K steps may be unrolled (tl.static_range: the same arithmetic in
-# the same order, every chunk's loads issued at once instead of a few stages ahead). DSPARK_UNROLL_K=1
-# turns it on: a bench switch until the GPU says whether it pays (bench/persistent_probe.py).
-UNROLL_MAX_STEPS = 12
+# An RMSNorm's pass over x (sum of squares per row, chunk by chunk) of at most this many BLOCK_K steps may
+# be unrolled (tl.static_range: the same arithmetic in the same order). A loop without a dot is not
+# software-pipelined, so looped each chunk's load waits for the one before; unrolled they are all in
+# flight at once. DSPARK_UNROLL_NORM=0 turns it off (bench/persistent_probe.py measures both).
+UNROLL_MAX_STEPS = 16
 
 
 @functools.cache
 def unroll_env_on() -> bool:
-    return os.environ.get("DSPARK_UNROLL_K", "0") == "1"
+    return os.environ.get("DSPARK_UNROLL_NORM", "1") != "0"
 
 
-def unroll_k(k: int, block_k: int) -> int:
-    """The UNROLL_K of a kernel whose K walk is k long in steps of block_k: k, or 0 (a loop)."""
+def unroll_norm(k: int, block_k: int) -> int:
+    """The UNROLL_NORM of a kernel whose norm pass is k long in steps of block_k: k, or 0 (a loop)."""
     return k if unroll_env_on() and -(-k // block_k) <= UNROLL_MAX_STEPS else 0
 
 

@@ -38,7 +38,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import UPCAST_DOT, pdl_args, pdl_start, prefetch_env_on, prefetch_lines, unroll_k
+from kernels.common import UPCAST_DOT, pdl_args, pdl_start, prefetch_env_on, prefetch_lines, unroll_norm
 from kernels.decode_attention import LOG2E, attn_combine_tile, attn_prefetch, attn_split_tile
 from kernels.embedding import embedding_row
 from kernels.fused_linear import BLOCK_M, linear_prefetch, linear_tile, store_tile
@@ -89,7 +89,7 @@ def _persistent_step_kernel(
     QKV_BK: tl.constexpr, QKV_SUB: tl.constexpr, SPLIT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_KV: tl.constexpr,
     BLOCK_S: tl.constexpr, O_BN: tl.constexpr, O_BK: tl.constexpr, GU_BN: tl.constexpr, GU_BK: tl.constexpr,
     DN_BN: tl.constexpr, DN_BK: tl.constexpr,
-    QKV_UNROLL: tl.constexpr, O_UNROLL: tl.constexpr, GU_UNROLL: tl.constexpr, DN_UNROLL: tl.constexpr,
+    QKV_UNROLL: tl.constexpr, GU_UNROLL: tl.constexpr,
     QKV_LINES: tl.constexpr, ATTN_LINES: tl.constexpr, O_LINES: tl.constexpr, GU_LINES: tl.constexpr,
     DN_LINES: tl.constexpr, ELEM_BYTES: tl.constexpr,
     SYNC: tl.constexpr, MAX_SPIN: tl.constexpr, USE_PDL: tl.constexpr, WAIT: tl.constexpr, WORK: tl.constexpr,
@@ -155,7 +155,7 @@ def _persistent_step_kernel(
                 for item in range(pid, n, n_programs):
                     if WORK:
                         acc = linear_tile(item, a_ptr, QD, w, w, w, w, x_ptr, D, M, D, QD, eps,
-                                          False, False, True, False, IEEE, UPCAST, BLOCK_M, O_BN, O_BK, ".cg", O_UNROLL)
+                                          False, False, True, False, IEEE, UPCAST, BLOCK_M, O_BN, O_BK, ".cg", 0)
                         store_tile(x_ptr, D, acc, item, M, D, BLOCK_M, O_BN)
                     _signal(cnt_ptr + g, SYNC)
             elif p == 4:  # RMSNorm + gate/up + SwiGLU
@@ -183,7 +183,7 @@ def _persistent_step_kernel(
                 for item in range(pid, n, n_programs):
                     if WORK:
                         acc = linear_tile(item, h_ptr, F, w, w, w, w, x_ptr, D, M, D, F, eps,
-                                          False, False, True, False, IEEE, UPCAST, BLOCK_M, DN_BN, DN_BK, ".cg", DN_UNROLL)
+                                          False, False, True, False, IEEE, UPCAST, BLOCK_M, DN_BN, DN_BK, ".cg", 0)
                         store_tile(x_ptr, D, acc, item, M, D, BLOCK_M, DN_BN)
                         if slot >= 0:
                             store_tile(capture_ptr + slot * capture_slot_stride, D, acc, item, M, D, BLOCK_M, DN_BN)
@@ -254,8 +254,7 @@ def persistent_step_triton(model, io, m: int, cache, bufs: PersistentBuffers) ->
         QKV_BK=qkv_cfg.block_k, QKV_SUB=sub, SPLIT=split, BLOCK_R=max(16, triton.next_power_of_2(ws.max_rows * g_per_kv)),
         BLOCK_KV=block_kv, BLOCK_S=triton.next_power_of_2(ns), O_BN=o_cfg.block_n, O_BK=o_cfg.block_k,
         GU_BN=gu_cfg.block_n, GU_BK=gu_cfg.block_k, DN_BN=dn_cfg.block_n, DN_BK=dn_cfg.block_k,
-        QKV_UNROLL=unroll_k(d, qkv_cfg.block_k), O_UNROLL=unroll_k(c.q_dim, o_cfg.block_k),
-        GU_UNROLL=unroll_k(d, gu_cfg.block_k), DN_UNROLL=unroll_k(f, dn_cfg.block_k),
+        QKV_UNROLL=unroll_norm(d, qkv_cfg.block_k), GU_UNROLL=unroll_norm(d, gu_cfg.block_k),
         QKV_LINES=lines((hd // 2 // sub) * d * eb), ATTN_LINES=lines(split * hd * cache.k.element_size()),
         O_LINES=lines(o_cfg.block_n * c.q_dim * eb), GU_LINES=lines(gu_cfg.block_n * d * eb),
         DN_LINES=lines(dn_cfg.block_n * f * eb), ELEM_BYTES=eb, MAX_SPIN=MAX_SPIN,

@@ -201,27 +201,28 @@ def test_markov_draft(dtype, gen):
 
 @pytest.fixture
 def unrolled(monkeypatch):
-    """DSPARK_UNROLL_K=1 for the launches inside `with unrolled():` (kernels.common.unroll_k)."""
+    """DSPARK_UNROLL_NORM=1 for the launches inside `with unrolled():` (kernels.common.unroll_norm)."""
     from contextlib import contextmanager
 
     from kernels import common
 
     @contextmanager
-    def on():
-        monkeypatch.setenv("DSPARK_UNROLL_K", "1")
+    def on(flag: bool):
+        monkeypatch.setenv("DSPARK_UNROLL_NORM", "1" if flag else "0")
         common.unroll_env_on.cache_clear()
         try:
             yield
         finally:
-            monkeypatch.delenv("DSPARK_UNROLL_K")
+            monkeypatch.delenv("DSPARK_UNROLL_NORM")
             common.unroll_env_on.cache_clear()
 
     return on
 
 
-def test_unrolled_k_walks_compute_the_same_bits(unrolled, gen):
-    """DSPARK_UNROLL_K unrolls the K walks of fused_linear and qkv_rope (tl.static_range): the same
-    arithmetic in the same order, so the same bits; walks longer than UNROLL_MAX_STEPS stay loops."""
+def test_unrolled_norm_passes_compute_the_same_bits(unrolled, gen):
+    """The RMSNorm pass of fused_linear and qkv_rope is unrolled (tl.static_range; DSPARK_UNROLL_NORM=0: a
+    loop): the same arithmetic in the same order, so the same bits; passes longer than UNROLL_MAX_STEPS
+    stay loops."""
     from kernels import common
 
     m, k, n = 5, 96, 64
@@ -234,13 +235,13 @@ def test_unrolled_k_walks_compute_the_same_bits(unrolled, gen):
     pos = torch.arange(3, 3 + m, dtype=torch.int32, device=DEV)
     for on in (False, True):
         caches = [torch.zeros(kvh, cap, hd, device=DEV) for _ in range(2)]
-        with (unrolled() if on else tuning.override("linear")), tuning.override("linear", block_k=32), \
+        with unrolled(on), tuning.override("linear", block_k=32), \
                 tuning.override("swiglu", block_k=32), tuning.override("qkv", block_k=32):
-            assert common.unroll_k(k, 32) == (k if on else 0)
+            assert common.unroll_norm(k, 32) == (k if on else 0)
             runs.append([fused_linear_triton(x, w, norm_weight=nw, up_weight=u),
                          fused_linear_triton(x, w, residual=res),
                          qkv_rope_triton(x, nw, wqkv, None, None, None, cos, sin, pos, caches[0], caches[1], heads, kvh, 1e-6),
                          caches[0]])
     assert all(torch.equal(a, b) for a, b in zip(*runs))
-    with unrolled():
-        assert common.unroll_k(4096, 64) == 0  # 64 steps: stays a loop
+    with unrolled(True):
+        assert common.unroll_norm(4096, 64) == 0  # 64 steps: stays a loop
