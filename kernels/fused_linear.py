@@ -105,13 +105,6 @@ def linear_tile(
     # product's K walk instead, elementwise, saves that pass on the bundled shape but holds a
     # [BLOCK_M, BLOCK_K] fp32 tile through the walk: the 1B guard shape decoded 23 % slower with it,
     # docs/perf.md, 2026-12-02 third session.)
-    # What the epilogue adds is loaded before the K walk: its latency then overlaps the walk instead of
-    # following it (the same values, added at the same point: the same bits).
-    if HAS_RES:
-        res = tl.load(res_ptr + rm[:, None] * res_stride + rn[None, :], mask=m_mask[:, None] & n_mask[None, :], other=0.0,
-                      cache_modifier=CACHE).to(tl.float32)
-    if HAS_BIAS:
-        bias = tl.load(bias_ptr + rn, mask=n_mask, other=0.0).to(tl.float32)
     rstd = tl.zeros([BLOCK_M], dtype=tl.float32)
     if HAS_NORM:
         ss = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -128,11 +121,12 @@ def linear_tile(
         acc, acc_up = _linear_k_block(acc, acc_up, k0 + rk, x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, up_ptr,
                                       rn, n_mask, K, HAS_NORM, SWIGLU, IEEE, UPCAST, CACHE)
     if HAS_BIAS:
-        acc += bias[None, :]
+        acc += tl.load(bias_ptr + rn, mask=n_mask, other=0.0).to(tl.float32)[None, :]
     if SWIGLU:
         acc = acc / (1.0 + tl.exp(-acc)) * acc_up
     if HAS_RES:
-        acc += res
+        acc += tl.load(res_ptr + rm[:, None] * res_stride + rn[None, :], mask=m_mask[:, None] & n_mask[None, :], other=0.0,
+                       cache_modifier=CACHE).to(tl.float32)
     return acc
 
 

@@ -112,14 +112,6 @@ def qkv_rope_tile(
     rh = part * HB + tl.arange(0, HB)
     rk = tl.arange(0, BLOCK_K)
     m_mask = rm < M
-    # What the epilogue needs is loaded before the K walk, so its latency overlaps the walk (the same
-    # values used at the same point: the same bits): the rows' positions, their RoPE angles, the bias.
-    pos = tl.load(pos_ptr + rm, mask=m_mask, other=0)
-    c = tl.load(cos_ptr + pos[:, None] * HALF + rh[None, :], mask=m_mask[:, None], other=0.0)
-    s = tl.load(sin_ptr + pos[:, None] * HALF + rh[None, :], mask=m_mask[:, None], other=0.0)
-    if HAS_BIAS:
-        b1 = tl.load(b_ptr + row0 + rh).to(tl.float32)
-        b2 = tl.load(b_ptr + row0 + HALF + rh).to(tl.float32)
     # RMSNorm's rstd first, from one pass over x (see fused_linear.py for why not inside the K walk)
     ss = tl.zeros([BLOCK_M], dtype=tl.float32)
     if UNROLL_NORM > 0:
@@ -135,8 +127,9 @@ def qkv_rope_tile(
         acc1, acc2 = _qkv_k_block(acc1, acc2, k0 + rk, x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, row0, rh, K,
                                   HALF, IEEE, UPCAST, CACHE)
     if HAS_BIAS:
-        acc1 += b1[None, :]
-        acc2 += b2[None, :]
+        acc1 += tl.load(b_ptr + row0 + rh).to(tl.float32)[None, :]
+        acc2 += tl.load(b_ptr + row0 + HALF + rh).to(tl.float32)[None, :]
+    pos = tl.load(pos_ptr + rm, mask=m_mask, other=0)
     if head < H + KVH:
         if HAS_QKNORM:
             hss = tl.sum(acc1 * acc1, axis=1) + tl.sum(acc2 * acc2, axis=1)
@@ -149,6 +142,8 @@ def qkv_rope_tile(
                 n2 = tl.load(kn_ptr + HALF + rh).to(tl.float32)
             acc1 = acc1 * hr[:, None] * n1[None, :]
             acc2 = acc2 * hr[:, None] * n2[None, :]
+        c = tl.load(cos_ptr + pos[:, None] * HALF + rh[None, :], mask=m_mask[:, None], other=0.0)
+        s = tl.load(sin_ptr + pos[:, None] * HALF + rh[None, :], mask=m_mask[:, None], other=0.0)
         o1 = acc1 * c - acc2 * s
         o2 = acc2 * c + acc1 * s
     else:
