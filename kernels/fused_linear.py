@@ -14,8 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import (UPCAST_DOT, l2_prefetch, latency_bound, mma, pdl_args, pdl_start, prefetch_lines, prefetch_on,
-                            unroll_norm)
+from kernels.common import UPCAST_DOT, l2_prefetch, mma, pdl_args, pdl_start, prefetch_lines, prefetch_on, unroll_norm
 
 from kernels.rmsnorm import rmsnorm_reference
 from kernels.tuning import config_for
@@ -90,15 +89,13 @@ def linear_tile(
     pid, x_ptr, x_stride, norm_ptr, w_ptr, up_ptr, bias_ptr, res_ptr, res_stride, M, N, K, eps,
     HAS_NORM: tl.constexpr, SWIGLU: tl.constexpr, HAS_RES: tl.constexpr, HAS_BIAS: tl.constexpr,
     IEEE: tl.constexpr, UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    CACHE: tl.constexpr, UNROLL_NORM: tl.constexpr, EARLY: tl.constexpr,
+    CACHE: tl.constexpr, UNROLL_NORM: tl.constexpr,
 ):
     """Output tile `pid` (BLOCK_N columns, every row) of the fused op, float32. CACHE is the load cache
     modifier of x and the residual: ".cg" (L2 only) where another program of the same launch wrote them
     (kernels/persistent_step.py), "" otherwise. UNROLL_NORM = K (0: a loop): the RMSNorm's pass over x
     unrolled, the same arithmetic in the same order, so every chunk's load can be in flight at once (a
-    loop without a dot is not software-pipelined: each chunk would wait for the one before). EARLY: the
-    residual and bias are loaded before the K walk (their latency overlaps it; the same values added at
-    the same point, so the same bits), for latency-bound shapes only (common.latency_bound)."""
+    loop without a dot is not software-pipelined: each chunk would wait for the one before)."""
     rm = tl.arange(0, BLOCK_M)
     rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
@@ -108,12 +105,6 @@ def linear_tile(
     # product's K walk instead, elementwise, saves that pass on the bundled shape but holds a
     # [BLOCK_M, BLOCK_K] fp32 tile through the walk: the 1B guard shape decoded 23 % slower with it,
     # docs/perf.md, 2026-12-02 third session.)
-    if EARLY:
-        if HAS_RES:
-            res = tl.load(res_ptr + rm[:, None] * res_stride + rn[None, :], mask=m_mask[:, None] & n_mask[None, :],
-                          other=0.0, cache_modifier=CACHE).to(tl.float32)
-        if HAS_BIAS:
-            bias = tl.load(bias_ptr + rn, mask=n_mask, other=0.0).to(tl.float32)
     rstd = tl.zeros([BLOCK_M], dtype=tl.float32)
     if HAS_NORM:
         ss = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -130,16 +121,12 @@ def linear_tile(
         acc, acc_up = _linear_k_block(acc, acc_up, k0 + rk, x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, up_ptr,
                                       rn, n_mask, K, HAS_NORM, SWIGLU, IEEE, UPCAST, CACHE)
     if HAS_BIAS:
-        if not EARLY:
-            bias = tl.load(bias_ptr + rn, mask=n_mask, other=0.0).to(tl.float32)
-        acc += bias[None, :]
+        acc += tl.load(bias_ptr + rn, mask=n_mask, other=0.0).to(tl.float32)[None, :]
     if SWIGLU:
         acc = acc / (1.0 + tl.exp(-acc)) * acc_up
     if HAS_RES:
-        if not EARLY:
-            res = tl.load(res_ptr + rm[:, None] * res_stride + rn[None, :], mask=m_mask[:, None] & n_mask[None, :],
-                          other=0.0, cache_modifier=CACHE).to(tl.float32)
-        acc += res
+        acc += tl.load(res_ptr + rm[:, None] * res_stride + rn[None, :], mask=m_mask[:, None] & n_mask[None, :], other=0.0,
+                       cache_modifier=CACHE).to(tl.float32)
     return acc
 
 
@@ -157,14 +144,13 @@ def _fused_linear_kernel(
     HAS_NORM: tl.constexpr, SWIGLU: tl.constexpr, HAS_RES: tl.constexpr, HAS_BIAS: tl.constexpr,
     IEEE: tl.constexpr, UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     PREFETCH_LINES: tl.constexpr, ELEM_BYTES: tl.constexpr, USE_PDL: tl.constexpr, UNROLL_NORM: tl.constexpr,
-    EARLY: tl.constexpr,
 ):
     pid = tl.program_id(0)
     if PREFETCH_LINES > 0:
         linear_prefetch(pid, w_ptr, up_ptr, N, K, SWIGLU, BLOCK_N, PREFETCH_LINES, ELEM_BYTES, USE_PDL)
     pdl_start(USE_PDL)
     acc = linear_tile(pid, x_ptr, x_stride, norm_ptr, w_ptr, up_ptr, bias_ptr, res_ptr, res_stride, M, N, K, eps,
-                      HAS_NORM, SWIGLU, HAS_RES, HAS_BIAS, IEEE, UPCAST, BLOCK_M, BLOCK_N, BLOCK_K, "", UNROLL_NORM, EARLY)
+                      HAS_NORM, SWIGLU, HAS_RES, HAS_BIAS, IEEE, UPCAST, BLOCK_M, BLOCK_N, BLOCK_K, "", UNROLL_NORM)
     store_tile(out_ptr, out_stride, acc, pid, M, N, BLOCK_M, BLOCK_N)
 
 
@@ -203,7 +189,6 @@ def fused_linear_triton(
         HAS_NORM=norm_weight is not None, SWIGLU=up_weight is not None, HAS_RES=residual is not None,
         HAS_BIAS=bias is not None, UPCAST=UPCAST_DOT, IEEE=weight.dtype == torch.float32,
         BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-        PREFETCH_LINES=lines, ELEM_BYTES=weight.element_size(), UNROLL_NORM=unroll_norm(k, cfg.block_k),
-        EARLY=latency_bound(weight.nbytes * (2 if up_weight is not None else 1)), **pdl,
+        PREFETCH_LINES=lines, ELEM_BYTES=weight.element_size(), UNROLL_NORM=unroll_norm(k, cfg.block_k), **pdl,
     )
     return out
