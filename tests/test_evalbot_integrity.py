@@ -42,6 +42,18 @@ def test_an_answer_faster_than_it_could_be_computed():
     assert check_records(b.records([0.25]), CFG).findings == []  # 4x faster: a real (huge) speedup
 
 
+def test_one_main_request_slowed_from_outside_does_not_make_an_honest_answer_impossible():
+    """A fresh-clone test once saw main take 1.668 s for a request the PR answered honestly in 0.311 s,
+    because other work loaded the box: the bar is also main's median for that kind of request."""
+    rec = b.records([0.9] * 6)
+    slow = next(g for g in rec.generations if g.ref == "base" and g.round == 2 and g.mode == "dspark")
+    slow.bot_s = 6.0  # 6.7x the PR's time on this one window
+    assert check_records(rec, CFG).findings == []
+    cheat = b.records([0.9] * 5 + [0.1])  # the last round answered in a tenth of main's time everywhere
+    (f,) = check_records(cheat, CFG).of("head")
+    assert "round 6" in f.where and "faster than 5x main" in f.message
+
+
 def test_one_finding_per_kind_of_problem_not_per_request():
     rec = b.records([0.8] * 4)
     for g in rec.generations:

@@ -9,7 +9,9 @@ contract. This module turns what the campaign recorded into findings:
   nonce, an error answer, a crash, a timeout, output nobody asked for);
 - a generation with another number of tokens than was asked for;
 - an answer faster than could have been computed: a PR response in less than `min_time_fraction` of
-  main's time on the very same window;
+  main's time on the very same window *and* of main's median time for requests of that kind (model,
+  mode, corpus, length): one main request slowed by something outside the bot (a loaded box) does not
+  make an honest PR answer look impossible, while an answer that was never computed is fast against both;
 - a report that cannot be true: a process that says it spent longer than the bot's clock saw it take.
 
 Attribution: findings on the PR's side are integrity failures (a gate: REJECT, with the reason). On
@@ -18,6 +20,7 @@ main's side, or in the bot's own environment, they are infrastructure errors: th
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
@@ -58,6 +61,7 @@ def check_records(records: Records, cfg: IntegritySettings) -> IntegrityReport:
             findings.append(Finding(ref=ref, process=process, where=where, message=message))
 
     by_window: dict[tuple, dict[str, float]] = {}
+    main_times: dict[tuple, list[float]] = {}  # main's times per kind of request
     for g in records.generations:
         where = f"{g.corpus}@{g.ctx} {g.mode}" + ("" if g.model == "main" else f" ({g.model})")
         if len(g.tokens) != g.new_tokens:
@@ -68,9 +72,14 @@ def check_records(records: Records, cfg: IntegritySettings) -> IntegrityReport:
             add(g.ref, g.process, where, f"{_who(g.ref)}'s process reports {rep:.3f} s for a request the bot "
                 f"timed at {g.bot_s:.3f} s from question to answer: a report that cannot be true")
         if g.round >= 0:
-            by_window.setdefault((g.round, g.model, g.mode, g.new_tokens, g.window.sha256), {})[g.ref] = g.bot_s
-    for (rnd, model, mode, _n, _w), t in by_window.items():
-        if "base" in t and "head" in t and t["head"] < cfg.min_time_fraction * t["base"]:
+            kind = (g.model, g.mode, g.corpus, g.ctx, g.new_tokens)
+            by_window.setdefault((g.round, kind, g.window.sha256), {})[g.ref] = g.bot_s
+            if g.ref == "base":
+                main_times.setdefault(kind, []).append(g.bot_s)
+    for (rnd, kind, _w), t in by_window.items():
+        mode = kind[1]
+        bar = cfg.min_time_fraction * min(t.get("base", 0.0), statistics.median(main_times.get(kind, [0.0])))
+        if "head" in t and t["head"] < bar:
             add("head", -1, f"round {rnd + 1} {mode}",
                 f"the PR answered in {t['head']:.3f} s what took main {t['base']:.3f} s on the same, never-seen "
                 f"window: faster than {1 / cfg.min_time_fraction:.0f}x main is taken as an answer it did not compute")
