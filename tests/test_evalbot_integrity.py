@@ -43,7 +43,7 @@ def test_an_answer_faster_than_it_could_be_computed():
 
 
 def test_one_main_request_slowed_from_outside_does_not_make_an_honest_answer_impossible():
-    """A fresh-clone test once saw main take 1.668 s for a request the PR answered honestly in 0.311 s,
+    """A suite run beside other work once saw main take 1.668 s for a request the PR answered honestly in 0.311 s,
     because other work loaded the box: the bar is also main's median for that kind of request."""
     rec = b.records([0.9] * 6)
     slow = next(g for g in rec.generations if g.ref == "base" and g.round == 2 and g.mode == "dspark")
