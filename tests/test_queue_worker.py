@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -220,6 +221,32 @@ def test_a_busy_box_puts_the_job_back(rig):
     held.release()
     rig.run(include_scheduled_within=3)
     assert rig.ledger.get(rig.job(1).key).state == DONE
+
+
+def test_a_check_run_announced_by_another_thread_mid_score_shows_progress_and_the_interruption(rig):
+    """Fails without the fix: the queued announcement (another consumer thread) won the claim to create the
+    check run, created it after the score started, and the score, holding an empty id, never updated it: a
+    SIGTERM left it `queued` under its first title (CI, 2026-12-02)."""
+    pull = rig.pull(1)
+    job = rig.job(1)
+    assert rig.queue.submit_score(job)
+    assert rig.ledger.claim_check(job.key, "box-a/1/announcer")  # the announcement won the claim ...
+
+    def announced_then_sigterm(j, progress):
+        check_id = rig.forge.start_check(j.head_sha, CHECK_NAME, "queued", external_id=j.key)  # ... and lands now
+        rig.ledger.set_check_id(j.key, check_id)
+        progress("running the harness")
+        assert rig.worker.guard.interrupt("SIGTERM")  # the worker's signal handler, from this thread
+        for _ in range(1000):
+            time.sleep(0.01)  # the interruption is raised here
+        raise AssertionError("the score was not interrupted")
+
+    rig.worker.scorer = announced_then_sigterm
+    rig.run()
+    record = rig.ledger.get(job.key)
+    assert record.state == QUEUED and record.note.startswith("interrupted: SIGTERM")
+    (run,) = rig.gh.check_runs_for(REPO, pull.head_sha)
+    assert "in_progress" in run["history"] and run["status"] == "queued" and "interrupted" in run["output"]["title"]
 
 
 def test_heartbeat_lost_means_the_result_is_dropped(rig):

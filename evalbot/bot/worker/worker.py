@@ -115,12 +115,17 @@ class Worker:
         if approval.needs_approval(self, pull):
             return approval.hold(self, forge, record, pull)
 
-        check_id = record.check_id or self.start_check(forge, record)
+        started_check = record.check_id or self.start_check(forge, record)
+
+        def check_id() -> str:
+            # a queued announcement on another consumer thread may have won the claim and create the check
+            # run after this score started: look it up again until one is known
+            return started_check or self.check_id_of(record.key)
 
         def show_progress(step: str, done: list[str]) -> None:
-            if check_id:
+            if current := check_id():
                 forge.update_check(
-                    check_id, status="in_progress", title=self.render("gh_check_title_progress.txt.j2"),
+                    current, status="in_progress", title=self.render("gh_check_title_progress.txt.j2"),
                     summary=self.render("gh_check_progress.md.j2", head_sha=job.head_sha, base_sha=job.base_sha,
                                         box=self.settings.box_name(), attempt=record.attempts, step=step, done_steps=done),
                 )
@@ -133,10 +138,10 @@ class Worker:
             if not isinstance(outcome, ScoreOutcome):  # an infrastructure error, not a verdict
                 raise TypeError(f"the scorer returned a {type(outcome).__name__}, not a ScoreOutcome")
         except ScoringInterrupted:
-            return self._interrupted(record, forge, check_id)
+            return self._interrupted(record, forge, check_id())
         except Exception as exc:
             metrics.record_duration(self.ledger, time.monotonic() - started, profile=self._profile(), status="infra_error")
-            return self._infra_failure(record, forge, exc, check_id=check_id)
+            return self._infra_failure(record, forge, exc, check_id=check_id())
         metrics.record_duration(self.ledger, time.monotonic() - started, profile=outcome.profile, status=outcome.verdict.status)
         if not self.ledger.record_outcome(record.key, self.worker_id, outcome, self.clock()):
             return "dropped: another worker took this job over"
@@ -179,12 +184,15 @@ class Worker:
         log.warning("job %s: %s", record.key, note)
         return f"waiting for GitHub: {note}"
 
+    def check_id_of(self, key: str) -> str:
+        latest = self.ledger.get(key)
+        return latest.check_id if latest is not None else ""
+
     def start_check(self, forge: Forge, record: JobRecord) -> str:
         if not self.ledger.claim_check(record.key, self.worker_id):
             # another worker created it (its id is in the ledger) or is creating it right now; with
             # no id the publisher creates one at the end rather than risk a duplicate now
-            latest = self.ledger.get(record.key)
-            return latest.check_id if latest is not None else ""
+            return self.check_id_of(record.key)
         try:
             check_id = forge.start_check(record.head_sha, CHECK_NAME, self.render(
                 "gh_check_queued.md.j2", head_sha=record.head_sha, base_sha=record.base_sha,
