@@ -6,7 +6,6 @@ the rendered pixels. Skipped, with the reason, where Chromium is not installed."
 from __future__ import annotations
 
 import threading
-import time
 
 import httpx
 import pytest
@@ -16,7 +15,7 @@ from browser import Browser, chromium
 from evalbot.bot.dashboard import dashboard_app
 from evalbot.history.store import SqliteHistory
 from evalbot.report.charts import PALETTE
-from fakegithub.helpers import free_port
+from fakegithub.helpers import free_port, wait_until_healthy
 from test_history import entry
 
 pytestmark = pytest.mark.skipif(chromium() is None, reason="chromium is not installed (apt-get install -y chromium)")
@@ -52,15 +51,7 @@ def site(tmp_path_factory):
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            if httpx.get(base + "/healthz", timeout=0.5).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        assert time.monotonic() < deadline, "the dashboard did not come up"
-        time.sleep(0.05)
+    wait_until_healthy(base, "the dashboard")
     with Browser() as browser:
         yield base, browser
     server.should_exit = True

@@ -7,14 +7,13 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 
 from evalbot.history.store import SqliteHistory
 from evalbot.testing import make_fake_repo
-from fakegithub.helpers import free_port
+from fakegithub.helpers import free_port, wait_until_healthy
 from test_history import MAIN, entry
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,16 +37,7 @@ def test_dashboard_serves_the_local_history(tmp_path):
                             env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, proc.communicate()[1][-2000:]
-            try:
-                if httpx.get(base + "/healthz", timeout=0.5).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "the dashboard did not come up"
-            time.sleep(0.1)
+        wait_until_healthy(base, "evalbot dashboard", timeout=60, proc=proc)
         overview = httpx.get(base + "/dashboard", timeout=10)
         assert overview.status_code == 200 and "<svg" in overview.text
         assert MAIN[0][:7] in overview.text and MAIN[1][:7] in overview.text  # main's commits on the x axis
@@ -58,6 +48,7 @@ def test_dashboard_serves_the_local_history(tmp_path):
     finally:
         proc.terminate()
         out, err = proc.communicate(timeout=30)
+        print(err[-3000:])  # shown with a failure
     assert f"http://127.0.0.1:{port}/dashboard (3 entries" in out
     assert "Traceback" not in err
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from fakegithub.helpers import FIXTURE_REPO, SECRET, free_port, payload, webhook_headers
+from fakegithub.helpers import FIXTURE_REPO, SECRET, free_port, payload, wait_until_healthy, webhook_headers
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,17 +30,12 @@ def served(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "evalbot", "serve", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
                             env=_env(tmp_path, EVALBOT_WEBHOOK_SECRET=SECRET), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            if httpx.get(base + "/healthz", timeout=0.5).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail("evalbot serve did not come up:\n" + proc.stdout.read().decode())
-        time.sleep(0.1)
+    try:
+        wait_until_healthy(base, "evalbot serve", proc=proc)
+    except BaseException:
+        proc.kill()
+        print(proc.stdout.read().decode()[-3000:])  # shown with the failure
+        raise
     yield base
     proc.terminate()
     proc.wait(timeout=10)

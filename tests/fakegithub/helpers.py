@@ -66,6 +66,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_until_healthy(base: str, what: str, timeout: float = 30.0, proc: subprocess.Popen | None = None) -> None:
+    """Until `base`/healthz answers 200; fails the test when `proc` exits first or `timeout` passes."""
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if httpx.get(base + "/healthz", timeout=0.5).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if proc is not None and proc.poll() is not None:
+            pytest.fail(f"{what} exited (status {proc.returncode}) before it answered /healthz")
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} did not come up in {timeout:.0f} s")
+        time.sleep(0.1)
+
+
 @pytest.fixture
 def redis_url(tmp_path):
     """A real redis-server on a free loopback port, for this test only."""

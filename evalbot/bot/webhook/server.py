@@ -24,6 +24,8 @@ FD_RESERVE = 128  # descriptors kept for the ledger, the queue, the history, log
 # asyncio accepts up to `backlog` connections in one go before any of them is looked at: a small batch
 # keeps that burst inside FD_RESERVE, so a flood of connections never runs the process out of descriptors.
 ACCEPT_BACKLOG = 32
+# ... and the listener itself accepts nothing while fewer than this many are free (protocol.GatedListener)
+ACCEPT_MARGIN = 32
 log = logging.getLogger("evalbot.serve")
 
 
@@ -48,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     from evalbot.bot.logs import configure_logging
     from evalbot.bot.metrics import ServiceMetrics
     from evalbot.bot.webhook.app import create_app
-    from evalbot.bot.webhook.protocol import guarded_protocol
+    from evalbot.bot.webhook.protocol import gated_listener, guarded_protocol
     from evalbot.history.store import open_history
 
     make_undumpable()
@@ -74,9 +76,18 @@ def run(args: argparse.Namespace) -> int:
     app = create_app(settings, queue, history=history, metrics=metrics)
     protocol = guarded_protocol(settings.client_timeout_seconds, connection_limit(settings.max_connections),
                                 lambda reason: metrics.connections_closed.labels(reason=reason).inc())
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, proxy_headers=True, http=protocol,
-                log_config=None, timeout_keep_alive=5, timeout_graceful_shutdown=5, backlog=ACCEPT_BACKLOG)
-    return 0
+    try:
+        listener = gated_listener(args.host, args.port, ACCEPT_BACKLOG, ACCEPT_MARGIN,
+                                  lambda: metrics.connections_closed.labels(reason="descriptors nearly exhausted").inc())
+    except OSError as exc:
+        print(f"evalbot serve: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    server = uvicorn.Server(uvicorn.Config(app, log_level=args.log_level, proxy_headers=True, http=protocol, log_config=None,
+                                           timeout_keep_alive=5, timeout_graceful_shutdown=5, backlog=ACCEPT_BACKLOG))
+    log.info("listening on http://%s:%d", args.host, listener.getsockname()[1])
+    with listener:
+        server.run(sockets=[listener])
+    return 0 if server.started else 1  # uvicorn logged why
 
 
 def main(argv: list[str] | None = None) -> int:
