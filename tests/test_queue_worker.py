@@ -242,6 +242,7 @@ def test_a_check_run_announced_by_another_thread_mid_score_shows_progress_and_th
         raise AssertionError("the score was not interrupted")
 
     rig.worker.scorer = announced_then_sigterm
+    rig.worker.check_wait_seconds = 0  # the announcement lands only once the score is under way
     rig.run()
     record = rig.ledger.get(job.key)
     assert record.state == QUEUED and record.note.startswith("interrupted: SIGTERM")

@@ -14,6 +14,7 @@ from evalbot.errors import ConfigError
 from evalbot.measure import sandbox
 from evalbot.settings import SandboxSettings, load_settings
 from evalbot.testing import make_fake_repo
+from fakegithub.helpers import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -101,7 +102,16 @@ def serve(monkeypatch, tmp_path):
     real_load = server.load_settings
     monkeypatch.setattr(server, "make_undumpable", lambda: events.append("undumpable") or True)
     monkeypatch.setattr(server, "load_settings", lambda: events.append("settings") or real_load())
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: events.append(("served", app)))
+
+    class Server:  # serves nothing: records the app it was given
+        def __init__(self, config):
+            self.config, self.started = config, False
+
+        def run(self, sockets):
+            events.append(("served", self.config.app))
+            self.started = True
+
+    monkeypatch.setattr(uvicorn, "Server", Server)
     for name in list(os.environ):
         if name.startswith("EVALBOT_"):
             monkeypatch.delenv(name)
@@ -126,7 +136,7 @@ def test_serve_is_undumpable_before_it_reads_a_secret_from_a_file(serve, tmp_pat
     secret = tmp_path / "webhook-secret"
     secret.write_text("s3cret-from-file\n")
     monkeypatch.setenv("EVALBOT_WEBHOOK_SECRET_FILE", str(secret))
-    assert server.main(["--port", "8081"]) == 0
+    assert server.main(["--port", str(free_port())]) == 0
     assert events[:2] == ["undumpable", "settings"] and events[2][0] == "served"
     assert not any("s3cret-from-file" in v for v in os.environ.values())
     app = events[2][1]
@@ -137,7 +147,7 @@ def test_serve_takes_the_secret_out_of_its_environment(serve, monkeypatch, capsy
     server, events = serve
     monkeypatch.setenv("EVALBOT_WEBHOOK_SECRET", "s3cret-in-env")
     monkeypatch.setenv("GITHUB_TOKEN", "tok")
-    assert server.main(["--port", "8081"]) == 0
+    assert server.main(["--port", str(free_port())]) == 0
     assert "EVALBOT_WEBHOOK_SECRET" not in os.environ and "GITHUB_TOKEN" not in os.environ
     err = capsys.readouterr().err  # the JSON log (evalbot.bot.logs) on stderr
     assert "EVALBOT_WEBHOOK_SECRET_FILE" in err and "s3cret-in-env" not in err
@@ -145,5 +155,5 @@ def test_serve_takes_the_secret_out_of_its_environment(serve, monkeypatch, capsy
 
 def test_serve_without_a_secret_still_refuses(serve):
     server, events = serve
-    assert server.main(["--port", "8081"]) == 2
+    assert server.main(["--port", str(free_port())]) == 2
     assert events == ["undumpable", "settings"]

@@ -4,11 +4,14 @@ and links. In-process, against the fake GitHub (the Rig of test_queue_worker).""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from evalbot.bot.jobs.ledger import DONE, FAILED, QUEUED, SUPERSEDED
 from evalbot.bot.jobs.model import ApproveForTesting, MainMoved, MergeGroupCheck, Reply, Rerun
 from evalbot.bot.metrics import counter_key
+from evalbot.forge.base import CHECK_NAME
 from evalbot.decide.verdict import infrastructure_error, not_evaluated_harness_changed
 from evalbot.pipeline import publish
 from evalbot.report.check_run import PASSING, check_conclusion
@@ -85,6 +88,33 @@ def test_a_fork_pull_by_a_newcomer_is_not_run_until_a_maintainer_says_ok_to_test
     rig.queue.submit_score(rig.job(1))
     rig.run()
     assert len(rig.scored) == 2
+
+
+def test_a_held_job_completes_the_check_run_its_announcement_is_still_creating(rig):
+    """Fails without the fix: the hold created a check run of its own while the queued announcement (another
+    consumer thread) was creating one, which then stayed `queued` on the PR forever."""
+    pull = _fork_pull(rig)
+    job = rig.job(1)
+    rig.ledger.submit(job, rig.clock())
+    rig.queue.enqueue_key(job.key)
+    assert rig.ledger.claim_check(job.key, "box-a/1/announcer")  # the announcement won the claim ...
+
+    def announcement_lands():  # ... and its create call returns 0.3 s after the hold began
+        rig.ledger.set_check_id(job.key, rig.forge.start_check(job.head_sha, CHECK_NAME, "queued", external_id=job.key))
+
+    sticky, timers = rig.forge.upsert_sticky_comment, []
+
+    def hold_begins(*args, **kwargs):
+        timers.append(threading.Timer(0.3, announcement_lands))
+        timers[-1].start()
+        return sticky(*args, **kwargs)
+
+    rig.forge.upsert_sticky_comment = hold_begins
+    rig.run()
+    timers[0].join()
+    assert rig.ledger.get(job.key).state == SUPERSEDED
+    (run,) = rig.gh.check_runs_for(REPO, pull.head_sha)
+    assert run["status"] == "completed" and run["conclusion"] == "action_required"
 
 
 @pytest.mark.parametrize("association", ["OWNER", "MEMBER", "COLLABORATOR"])

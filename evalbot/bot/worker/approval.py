@@ -49,8 +49,10 @@ def hold(worker: Worker, forge: Forge, record: JobRecord, pull: PullInfo) -> str
     summary = worker.render("gh_check_ok_to_test.md.j2", author=pull.author, association=pull.author_association)
     title = worker.render("gh_check_title_ok_to_test.txt.j2").strip()
     latest = worker.ledger.get(record.key) or record
-    check_id = latest.check_id or forge.start_check(record.head_sha, CHECK_NAME, summary, external_id=record.key,
-                                                    details_url=worker.details_url(record))
+    # through the claim: a queued announcement creating the run right now must not leave a second one
+    # `queued` forever beside this one
+    check_id = latest.check_id or worker.start_check(forge, latest) or forge.start_check(
+        record.head_sha, CHECK_NAME, summary, external_id=record.key, details_url=worker.details_url(record))
     forge.update_check(check_id, status="completed", title=title, summary=summary,
                        conclusion=AWAITING_APPROVAL_CONCLUSION, details_url=worker.details_url(record))
     return f"held: {why}"

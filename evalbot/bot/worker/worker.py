@@ -40,6 +40,7 @@ log = logging.getLogger("evalbot.worker")
 
 DELIVERY_MEMORY_SECONDS = 30 * 24 * 3600
 FORGE_RETRY_MAX_SECONDS = 600.0
+CHECK_WAIT_SECONDS = 3.0  # how long a job waits for the check run that another thread is creating for it
 
 
 def publish_backoff(publish_attempts: int, base: float) -> float:
@@ -62,6 +63,7 @@ class Worker:
         self.forge_for, self.scorer, self.publisher = forge_for, scorer, publisher
         self.settings, self.clock, self.history = settings, clock, history
         self.worker_id = f"{settings.box_name()}/{os.getpid()}/{uuid.uuid4().hex[:8]}"
+        self.check_wait_seconds = CHECK_WAIT_SECONDS
         self.guard = ScoringGuard()  # SIGTERM interrupts the running score through it (main.py)
 
     def render(self, template: str, /, **context: Any) -> str:
@@ -190,9 +192,13 @@ class Worker:
 
     def start_check(self, forge: Forge, record: JobRecord) -> str:
         if not self.ledger.claim_check(record.key, self.worker_id):
-            # another worker created it (its id is in the ledger) or is creating it right now; with
-            # no id the publisher creates one at the end rather than risk a duplicate now
-            return self.check_id_of(record.key)
+            # another worker or thread created it (its id is in the ledger) or is creating it right now:
+            # give that creation a moment to land; with still no id the publisher creates one at the end
+            # rather than risk a duplicate now
+            deadline = time.monotonic() + self.check_wait_seconds
+            while not (check_id := self.check_id_of(record.key)) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            return check_id
         try:
             check_id = forge.start_check(record.head_sha, CHECK_NAME, self.render(
                 "gh_check_queued.md.j2", head_sha=record.head_sha, base_sha=record.base_sha,
