@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -136,6 +137,55 @@ def test_a_moved_head_supersedes_the_job_and_scores_the_new_head(rig):
     assert rig.scored == [rig.job(1).key]
     (stale_run,) = rig.gh.check_runs_for(REPO, old.head_sha)
     assert stale_run["conclusion"] == "skipped"
+
+
+def _announcement_lands_when(rig, obj, method: str, job, delay: float = 0.3) -> list:
+    """The queued announcement (another consumer thread) won the claim to create `job`'s check run; its
+    create call returns `delay` seconds after the worker calls `obj.method`."""
+    assert rig.ledger.claim_check(job.key, "box-a/1/announcer")
+    real, timers = getattr(obj, method), []
+
+    def lands():
+        rig.ledger.set_check_id(job.key, rig.forge.start_check(job.head_sha, CHECK_NAME, "queued", external_id=job.key))
+
+    def hooked(*args, **kwargs):
+        if not timers:
+            timers.append(threading.Timer(delay, lands))
+            timers[0].start()
+        return real(*args, **kwargs)
+
+    setattr(obj, method, hooked)
+    return timers
+
+
+def test_a_superseded_job_closes_the_check_run_its_announcement_is_still_creating(rig):
+    """Fails without the fix: the job ended with no check id, and the announcement's run, created a moment
+    later, stayed `queued` on the old head forever."""
+    pull = rig.pull(1)
+    old = rig.job(1)
+    rig.ledger.submit(old, rig.clock())
+    rig.queue.enqueue_key(old.key)
+    timers = _announcement_lands_when(rig, rig.ledger, "finish", old)
+    pull.head_sha = fake_sha("new head")
+    rig.run()
+    timers[0].join()
+    assert rig.ledger.get(old.key).state == SUPERSEDED
+    (stale_run,) = rig.gh.check_runs_for(REPO, old.head_sha)
+    assert stale_run["status"] == "completed" and stale_run["conclusion"] == "skipped"
+
+
+def test_a_job_that_ends_before_its_announcement_gets_no_check_run(rig):
+    """The announcement that comes after the end finds the claim taken and creates nothing."""
+    pull = rig.pull(1)
+    old = rig.job(1)
+    rig.ledger.submit(old, rig.clock())
+    rig.queue.enqueue_key(old.key)
+    pull.head_sha = fake_sha("new head")
+    rig.run()
+    assert rig.ledger.get(old.key).state == SUPERSEDED
+    rig.worker.check_wait_seconds = 0
+    assert rig.worker.start_check(rig.forge, rig.ledger.get(old.key)) == ""  # the announcement, late
+    assert rig.gh.check_runs_for(REPO, old.head_sha) == []
 
 
 def test_a_moved_main_supersedes_the_job(rig):

@@ -4,14 +4,11 @@ and links. In-process, against the fake GitHub (the Rig of test_queue_worker).""
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
 from evalbot.bot.jobs.ledger import DONE, FAILED, QUEUED, SUPERSEDED
 from evalbot.bot.jobs.model import ApproveForTesting, MainMoved, MergeGroupCheck, Reply, Rerun
 from evalbot.bot.metrics import counter_key
-from evalbot.forge.base import CHECK_NAME
 from evalbot.decide.verdict import infrastructure_error, not_evaluated_harness_changed
 from evalbot.pipeline import publish
 from evalbot.report.check_run import PASSING, check_conclusion
@@ -20,7 +17,7 @@ from evalbot.settings import load_settings
 from evalbot.settings.tiers import NEEDS_OK_TO_TEST_LABEL
 from fakegithub import fake_sha
 from fakegithub.helpers import fake_outcome
-from test_queue_worker import REPO, Rig, server  # noqa: F401  (server: a pytest fixture)
+from test_queue_worker import REPO, Rig, _announcement_lands_when, server  # noqa: F401  (server: a pytest fixture)
 
 
 @pytest.fixture
@@ -97,19 +94,7 @@ def test_a_held_job_completes_the_check_run_its_announcement_is_still_creating(r
     job = rig.job(1)
     rig.ledger.submit(job, rig.clock())
     rig.queue.enqueue_key(job.key)
-    assert rig.ledger.claim_check(job.key, "box-a/1/announcer")  # the announcement won the claim ...
-
-    def announcement_lands():  # ... and its create call returns 0.3 s after the hold began
-        rig.ledger.set_check_id(job.key, rig.forge.start_check(job.head_sha, CHECK_NAME, "queued", external_id=job.key))
-
-    sticky, timers = rig.forge.upsert_sticky_comment, []
-
-    def hold_begins(*args, **kwargs):
-        timers.append(threading.Timer(0.3, announcement_lands))
-        timers[-1].start()
-        return sticky(*args, **kwargs)
-
-    rig.forge.upsert_sticky_comment = hold_begins
+    timers = _announcement_lands_when(rig, rig.forge, "upsert_sticky_comment", job)  # as the hold begins
     rig.run()
     timers[0].join()
     assert rig.ledger.get(job.key).state == SUPERSEDED

@@ -109,6 +109,7 @@ class Worker:
             return self._infra_failure(record, forge, exc)
         if not freshness.run:
             self.ledger.finish(record.key, SUPERSEDED, self.clock(), freshness.why, worker_id=self.worker_id)
+            record.check_id = record.check_id or self.ending_check_id(record.key)
             self._close_check(forge, record, SUPERSEDED_CONCLUSION, self.render("gh_check_title_superseded.txt.j2"),
                               self.render("gh_check_superseded.md.j2", why=freshness.why))
             if freshness.replacement is not None:
@@ -190,15 +191,23 @@ class Worker:
         latest = self.ledger.get(key)
         return latest.check_id if latest is not None else ""
 
+    def _await_check_id(self, key: str) -> str:
+        """The id of the check run that another worker or thread created or is creating right now for this
+        job: its creation gets a moment to land ("" if it does not)."""
+        deadline = time.monotonic() + self.check_wait_seconds
+        while not (check_id := self.check_id_of(key)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return check_id
+
+    def ending_check_id(self, key: str) -> str:
+        """For a job that ends now unscored: the check run to close, if another thread created or is creating
+        one; if none, the claim is taken, so that no queued announcement creates one after the end."""
+        return "" if self.ledger.claim_check(key, self.worker_id) else self._await_check_id(key)
+
     def start_check(self, forge: Forge, record: JobRecord) -> str:
         if not self.ledger.claim_check(record.key, self.worker_id):
-            # another worker or thread created it (its id is in the ledger) or is creating it right now:
-            # give that creation a moment to land; with still no id the publisher creates one at the end
-            # rather than risk a duplicate now
-            deadline = time.monotonic() + self.check_wait_seconds
-            while not (check_id := self.check_id_of(record.key)) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            return check_id
+            # with still no id after the wait, the publisher creates one at the end rather than risk a duplicate now
+            return self._await_check_id(record.key)
         try:
             check_id = forge.start_check(record.head_sha, CHECK_NAME, self.render(
                 "gh_check_queued.md.j2", head_sha=record.head_sha, base_sha=record.base_sha,
