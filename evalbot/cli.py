@@ -162,6 +162,15 @@ def build_parser() -> argparse.ArgumentParser:
         if config:
             p.add_argument("--config", metavar="FILE", help="settings file (TOML or JSON; default .evalbot/config.toml)")
 
+    def measure_opts(p: argparse.ArgumentParser, rounds_help: str, budget_help: str) -> None:
+        """What a measurement (score, calibrate) takes: profile, rounds, budget, progress, sandbox."""
+        p.add_argument("--profile", choices=["cpu", "gpu"], help="harness profile (default: the `profile` setting, else gpu when CUDA is available, else cpu)")
+        p.add_argument("--rounds", type=int, metavar="N", help=rounds_help)
+        p.add_argument("--budget", type=float, metavar="SECONDS", help=budget_help)
+        p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+        p.add_argument("--no-sandbox", action="store_true",
+                       help="run PR code without the bubblewrap sandbox (development only; the scorecard says so)")
+
     p = sub.add_parser(
         "score", help="score a head ref against a base ref (or a local PR)",
         description=(
@@ -179,15 +188,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--harness-ref", metavar="REF",
         help="where the harness comes from (default: the base branch tip, origin/<base> when it exists)",
     )
-    p.add_argument("--profile", choices=["cpu", "gpu"], help="harness profile (default: the `profile` setting, else gpu when CUDA is available, else cpu)")
-    p.add_argument("--rounds", type=int, metavar="N", help="N rounds, fewer only if the budget or the corpus runs out first (default: adaptive, until decided or the budget is spent)")
-    p.add_argument("--budget", type=float, metavar="SECONDS", help="time budget of the measurement (default: the profile's, gpu 600, cpu 180)")
+    measure_opts(p, "N rounds, fewer only if the budget or the corpus runs out first (default: adaptive, until decided or the budget is spent)",
+                 "time budget of the measurement (default: the profile's, gpu 600, cpu 180)")
     p.add_argument("--no-calibrate", action="store_true",
                    help="with no noise floor for this box, profile and engine version, use the default floor instead of calibrating first")
     p.add_argument("--json", action="store_true", help="print one JSON document (tier, receipt, gates, ...) instead of markdown")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    p.add_argument("--no-sandbox", action="store_true",
-                   help="run PR code without the bubblewrap sandbox (development only; the scorecard says so)")
     p.set_defaults(func=cmd_score)
 
     p = sub.add_parser(
@@ -199,12 +204,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     repo_opts(p)
     p.add_argument("--base", metavar="REF", default="main", help="the ref to measure against itself (default main)")
-    p.add_argument("--profile", choices=["cpu", "gpu"], help="harness profile (default: the `profile` setting, else gpu when CUDA is available, else cpu)")
-    p.add_argument("--rounds", type=int, metavar="N", help="N A/A rounds, fewer only if the budget runs out first (default: adaptive, as a score)")
-    p.add_argument("--budget", type=float, metavar="SECONDS", help="time budget (default: the profile's)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    p.add_argument("--no-sandbox", action="store_true",
-                   help="run PR code without the bubblewrap sandbox (development only; the scorecard says so)")
+    measure_opts(p, "N A/A rounds, fewer only if the budget runs out first (default: adaptive, as a score)",
+                 "time budget (default: the profile's)")
     p.set_defaults(func=cmd_calibrate)
 
     p = sub.add_parser(
