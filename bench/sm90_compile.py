@@ -57,7 +57,7 @@ def main() -> int:
         for unroll in (0, k):  # the norm pass looped, unrolled
             const = dict(HAS_NORM=norm, SWIGLU=swiglu, HAS_RES=res, HAS_BIAS=False, IEEE=False, UPCAST=False, BLOCK_M=BLOCK_M,
                          BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, PREFETCH_LINES=lines, ELEM_BYTES=2, USE_PDL=True,
-                         UNROLL_NORM=unroll)
+                         UNROLL_NORM=unroll, EARLY=kind != "lm_head")
             out.append(compile_one(f"fused_linear {kind} {n}x{k}{' unrolled' if unroll else ''}", _fused_linear_kernel, lin,
                                    const, cfg.num_warps, cfg.num_stages))
     qkv = {"x_ptr": "*fp32", "x_stride": "i32", "norm_ptr": "*fp32", "w_ptr": "*bf16", "b_ptr": "*bf16", "qn_ptr": "*fp32",
@@ -67,7 +67,7 @@ def main() -> int:
     cfg = config_for("qkv", (H + 2 * KVH) * HD, D)
     for sub in ((1, 2) if "SUB" in _qkv_rope_kernel.arg_names else (1,)):
         const = dict(HD=HD, HAS_BIAS=False, HAS_QKNORM=False, IEEE=False, UPCAST=False, BLOCK_M=BLOCK_M, BLOCK_K=cfg.block_k,
-                     SUB=sub, PREFETCH_LINES=prefetch_lines(HD // 2 // sub * D * 2), ELEM_BYTES=2, USE_PDL=True, UNROLL_NORM=D)
+                     SUB=sub, PREFETCH_LINES=prefetch_lines(HD // 2 // sub * D * 2), ELEM_BYTES=2, USE_PDL=True, UNROLL_NORM=D, EARLY=True)
         out.append(compile_one(f"qkv_rope sub {sub}", _qkv_rope_kernel, qkv, const, cfg.num_warps, cfg.num_stages))
     att = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "start_ptr": "*i32", "end_ptr": "*i32", "out_ptr": "*fp32",
            "lse_ptr": "*fp32", "M": "i32", "H": "i32", "CAP": "i32", "cache_head_stride": "i32", "n_splits": "i32",
@@ -100,7 +100,7 @@ def main() -> int:
                  QKV_LINES=prefetch_lines(HD // 2 // sub * D * 2), ATTN_LINES=prefetch_lines(split * HD * 2),
                  O_LINES=prefetch_lines(ocfg.block_n * D * 2), GU_LINES=prefetch_lines(gcfg.block_n * D * 2),
                  DN_LINES=prefetch_lines(dcfg.block_n * F * 2), ELEM_BYTES=2, SYNC=True, MAX_SPIN=MAX_SPIN, USE_PDL=True,
-                 WAIT=True, WORK=True, QKV_UNROLL=D, GU_UNROLL=D)
+                 WAIT=True, WORK=True, QKV_UNROLL=D, GU_UNROLL=D, EARLY=True)
     out.append(compile_one("persistent step", _persistent_step_kernel, pers, const, 4, 2))
     for r in out:
         print(json.dumps(r))

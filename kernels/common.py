@@ -78,6 +78,14 @@ def prefetch_on(pdl: dict, kernel_bytes: int) -> bool:
     return pdl["USE_PDL"] and kernel_bytes <= PREFETCH_MAX_BYTES and prefetch_env_on()
 
 
+def latency_bound(kernel_bytes: int) -> bool:
+    """Whether a kernel that reads `kernel_bytes` of weights is latency-bound (at most PREFETCH_MAX_BYTES):
+    there it loads its epilogue's operands before the K walk (EARLY), so their latency overlaps the walk.
+    On bandwidth-bound shapes the registers held through the walk cost more: the Llama-3.2-1B guard
+    shape decoded at 0.927x with it everywhere (docs/perf.md, 2026-12-02 fourth session)."""
+    return kernel_bytes <= PREFETCH_MAX_BYTES
+
+
 def pdl_args(t: torch.Tensor) -> dict:
     """The launch keywords of a step kernel whose tensors live where `t` does."""
     if t.is_cuda and _pdl_on(t.device.index if t.device.index is not None else torch.cuda.current_device()):

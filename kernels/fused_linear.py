@@ -14,7 +14,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import UPCAST_DOT, l2_prefetch, mma, pdl_args, pdl_start, prefetch_lines, prefetch_on, unroll_norm
+from kernels.common import (UPCAST_DOT, l2_prefetch, latency_bound, mma, pdl_args, pdl_start, prefetch_lines, prefetch_on,
+                            unroll_norm)
 
 from kernels.rmsnorm import rmsnorm_reference
 from kernels.tuning import config_for
@@ -65,6 +66,24 @@ def row_squares(x_ptr, x_stride, rm, m_mask, kk, K, CACHE: tl.constexpr):
 
 
 @triton.jit
+def row_rstd(x_ptr, x_stride, rm, m_mask, K, eps, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, CACHE: tl.constexpr,
+             UNROLL_NORM: tl.constexpr):
+    """Per row, RMSNorm's 1 / sqrt(mean(x^2) + eps) from one pass over x[:, :K], before the product.
+    UNROLL_NORM = K (0: a loop): the pass unrolled, the same arithmetic in the same order, so every
+    chunk's load can be in flight at once (a loop without a dot is not software-pipelined: each chunk
+    would wait for the one before)."""
+    rk = tl.arange(0, BLOCK_K)
+    ss = tl.zeros([BLOCK_M], dtype=tl.float32)
+    if UNROLL_NORM > 0:
+        for k0 in tl.static_range(0, UNROLL_NORM, BLOCK_K):
+            ss += row_squares(x_ptr, x_stride, rm, m_mask, k0 + rk, K, CACHE)
+    else:
+        for k0 in range(0, K, BLOCK_K):
+            ss += row_squares(x_ptr, x_stride, rm, m_mask, k0 + rk, K, CACHE)
+    return 1.0 / tl.sqrt(ss / K + eps)
+
+
+@triton.jit
 def _linear_k_block(acc, acc_up, kk, x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, up_ptr, rn, n_mask, K,
                     HAS_NORM: tl.constexpr, SWIGLU: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
                     CACHE: tl.constexpr):
@@ -89,13 +108,13 @@ def linear_tile(
     pid, x_ptr, x_stride, norm_ptr, w_ptr, up_ptr, bias_ptr, res_ptr, res_stride, M, N, K, eps,
     HAS_NORM: tl.constexpr, SWIGLU: tl.constexpr, HAS_RES: tl.constexpr, HAS_BIAS: tl.constexpr,
     IEEE: tl.constexpr, UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    CACHE: tl.constexpr, UNROLL_NORM: tl.constexpr,
+    CACHE: tl.constexpr, UNROLL_NORM: tl.constexpr, EARLY: tl.constexpr,
 ):
     """Output tile `pid` (BLOCK_N columns, every row) of the fused op, float32. CACHE is the load cache
     modifier of x and the residual: ".cg" (L2 only) where another program of the same launch wrote them
-    (kernels/persistent_step.py), "" otherwise. UNROLL_NORM = K (0: a loop): the RMSNorm's pass over x
-    unrolled, the same arithmetic in the same order, so every chunk's load can be in flight at once (a
-    loop without a dot is not software-pipelined: each chunk would wait for the one before)."""
+    (kernels/persistent_step.py), "" otherwise. UNROLL_NORM: see row_rstd. EARLY: the
+    residual and bias are loaded before the K walk (their latency overlaps it; the same values added at
+    the same point, so the same bits), for latency-bound shapes only (common.latency_bound)."""
     rm = tl.arange(0, BLOCK_M)
     rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
@@ -105,28 +124,31 @@ def linear_tile(
     # product's K walk instead, elementwise, saves that pass on the bundled shape but holds a
     # [BLOCK_M, BLOCK_K] fp32 tile through the walk: the 1B guard shape decoded 23 % slower with it,
     # docs/perf.md, 2026-12-02 third session.)
+    if EARLY:
+        if HAS_RES:
+            res = tl.load(res_ptr + rm[:, None] * res_stride + rn[None, :], mask=m_mask[:, None] & n_mask[None, :],
+                          other=0.0, cache_modifier=CACHE).to(tl.float32)
+        if HAS_BIAS:
+            bias = tl.load(bias_ptr + rn, mask=n_mask, other=0.0).to(tl.float32)
     rstd = tl.zeros([BLOCK_M], dtype=tl.float32)
     if HAS_NORM:
-        ss = tl.zeros([BLOCK_M], dtype=tl.float32)
-        if UNROLL_NORM > 0:
-            for k0 in tl.static_range(0, UNROLL_NORM, BLOCK_K):
-                ss += row_squares(x_ptr, x_stride, rm, m_mask, k0 + rk, K, CACHE)
-        else:
-            for k0 in range(0, K, BLOCK_K):
-                ss += row_squares(x_ptr, x_stride, rm, m_mask, k0 + rk, K, CACHE)
-        rstd = 1.0 / tl.sqrt(ss / K + eps)
+        rstd = row_rstd(x_ptr, x_stride, rm, m_mask, K, eps, BLOCK_M, BLOCK_K, CACHE, UNROLL_NORM)
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         acc, acc_up = _linear_k_block(acc, acc_up, k0 + rk, x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, up_ptr,
                                       rn, n_mask, K, HAS_NORM, SWIGLU, IEEE, UPCAST, CACHE)
     if HAS_BIAS:
-        acc += tl.load(bias_ptr + rn, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+        if not EARLY:
+            bias = tl.load(bias_ptr + rn, mask=n_mask, other=0.0).to(tl.float32)
+        acc += bias[None, :]
     if SWIGLU:
         acc = acc / (1.0 + tl.exp(-acc)) * acc_up
     if HAS_RES:
-        acc += tl.load(res_ptr + rm[:, None] * res_stride + rn[None, :], mask=m_mask[:, None] & n_mask[None, :], other=0.0,
-                       cache_modifier=CACHE).to(tl.float32)
+        if not EARLY:
+            res = tl.load(res_ptr + rm[:, None] * res_stride + rn[None, :], mask=m_mask[:, None] & n_mask[None, :],
+                          other=0.0, cache_modifier=CACHE).to(tl.float32)
+        acc += res
     return acc
 
 
@@ -144,13 +166,14 @@ def _fused_linear_kernel(
     HAS_NORM: tl.constexpr, SWIGLU: tl.constexpr, HAS_RES: tl.constexpr, HAS_BIAS: tl.constexpr,
     IEEE: tl.constexpr, UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     PREFETCH_LINES: tl.constexpr, ELEM_BYTES: tl.constexpr, USE_PDL: tl.constexpr, UNROLL_NORM: tl.constexpr,
+    EARLY: tl.constexpr,
 ):
     pid = tl.program_id(0)
     if PREFETCH_LINES > 0:
         linear_prefetch(pid, w_ptr, up_ptr, N, K, SWIGLU, BLOCK_N, PREFETCH_LINES, ELEM_BYTES, USE_PDL)
     pdl_start(USE_PDL)
     acc = linear_tile(pid, x_ptr, x_stride, norm_ptr, w_ptr, up_ptr, bias_ptr, res_ptr, res_stride, M, N, K, eps,
-                      HAS_NORM, SWIGLU, HAS_RES, HAS_BIAS, IEEE, UPCAST, BLOCK_M, BLOCK_N, BLOCK_K, "", UNROLL_NORM)
+                      HAS_NORM, SWIGLU, HAS_RES, HAS_BIAS, IEEE, UPCAST, BLOCK_M, BLOCK_N, BLOCK_K, "", UNROLL_NORM, EARLY)
     store_tile(out_ptr, out_stride, acc, pid, M, N, BLOCK_M, BLOCK_N)
 
 
@@ -189,6 +212,7 @@ def fused_linear_triton(
         HAS_NORM=norm_weight is not None, SWIGLU=up_weight is not None, HAS_RES=residual is not None,
         HAS_BIAS=bias is not None, UPCAST=UPCAST_DOT, IEEE=weight.dtype == torch.float32,
         BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-        PREFETCH_LINES=lines, ELEM_BYTES=weight.element_size(), UNROLL_NORM=unroll_norm(k, cfg.block_k), **pdl,
+        PREFETCH_LINES=lines, ELEM_BYTES=weight.element_size(), UNROLL_NORM=unroll_norm(k, cfg.block_k),
+        EARLY=latency_bound(weight.nbytes * (2 if up_weight is not None else 1)), **pdl,
     )
     return out

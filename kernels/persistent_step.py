@@ -89,7 +89,7 @@ def _persistent_step_kernel(
     QKV_BK: tl.constexpr, QKV_SUB: tl.constexpr, SPLIT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_KV: tl.constexpr,
     BLOCK_S: tl.constexpr, O_BN: tl.constexpr, O_BK: tl.constexpr, GU_BN: tl.constexpr, GU_BK: tl.constexpr,
     DN_BN: tl.constexpr, DN_BK: tl.constexpr,
-    QKV_UNROLL: tl.constexpr, GU_UNROLL: tl.constexpr,
+    QKV_UNROLL: tl.constexpr, GU_UNROLL: tl.constexpr, EARLY: tl.constexpr,
     QKV_LINES: tl.constexpr, ATTN_LINES: tl.constexpr, O_LINES: tl.constexpr, GU_LINES: tl.constexpr,
     DN_LINES: tl.constexpr, ELEM_BYTES: tl.constexpr,
     SYNC: tl.constexpr, MAX_SPIN: tl.constexpr, USE_PDL: tl.constexpr, WAIT: tl.constexpr, WORK: tl.constexpr,
@@ -124,7 +124,7 @@ def _persistent_step_kernel(
                         qkv_rope_tile(item, x_ptr, D, attn_norm_ptr + l64 * D, w, bqkv_ptr + l64 * NQKV,
                                       qn_ptr + l64 * HD, kn_ptr + l64 * HD, cos_ptr, sin_ptr, pos_ptr,
                                       q_ptr, k_l, v_l, cache_head_stride, M, D, eps, H, KVH,
-                                      HD, HAS_BIAS, HAS_QKNORM, IEEE, UPCAST, BLOCK_M, QKV_BK, QKV_SUB, ".cg", QKV_UNROLL)
+                                      HD, HAS_BIAS, HAS_QKNORM, IEEE, UPCAST, BLOCK_M, QKV_BK, QKV_SUB, ".cg", QKV_UNROLL, EARLY)
                     _signal(cnt_ptr + g, SYNC)
             elif p == 1:  # attention: one tile per (KV head, split)
                 n = KVH * n_splits
@@ -155,7 +155,7 @@ def _persistent_step_kernel(
                 for item in range(pid, n, n_programs):
                     if WORK:
                         acc = linear_tile(item, a_ptr, QD, w, w, w, w, x_ptr, D, M, D, QD, eps,
-                                          False, False, True, False, IEEE, UPCAST, BLOCK_M, O_BN, O_BK, ".cg", 0)
+                                          False, False, True, False, IEEE, UPCAST, BLOCK_M, O_BN, O_BK, ".cg", 0, EARLY)
                         store_tile(x_ptr, D, acc, item, M, D, BLOCK_M, O_BN)
                     _signal(cnt_ptr + g, SYNC)
             elif p == 4:  # RMSNorm + gate/up + SwiGLU
@@ -169,7 +169,7 @@ def _persistent_step_kernel(
                 for item in range(pid, n, n_programs):
                     if WORK:
                         acc = linear_tile(item, x_ptr, D, ffn_norm_ptr + l64 * D, w, u, w, x_ptr, D, M, F, D, eps,
-                                          True, True, False, False, IEEE, UPCAST, BLOCK_M, GU_BN, GU_BK, ".cg", GU_UNROLL)
+                                          True, True, False, False, IEEE, UPCAST, BLOCK_M, GU_BN, GU_BK, ".cg", GU_UNROLL, EARLY)
                         store_tile(h_ptr, F, acc, item, M, F, BLOCK_M, GU_BN)
                     _signal(cnt_ptr + g, SYNC)
             else:  # down-proj + residual, in place on x; the residual also to its capture slot, if any
@@ -183,7 +183,7 @@ def _persistent_step_kernel(
                 for item in range(pid, n, n_programs):
                     if WORK:
                         acc = linear_tile(item, h_ptr, F, w, w, w, w, x_ptr, D, M, D, F, eps,
-                                          False, False, True, False, IEEE, UPCAST, BLOCK_M, DN_BN, DN_BK, ".cg", 0)
+                                          False, False, True, False, IEEE, UPCAST, BLOCK_M, DN_BN, DN_BK, ".cg", 0, EARLY)
                         store_tile(x_ptr, D, acc, item, M, D, BLOCK_M, DN_BN)
                         if slot >= 0:
                             store_tile(capture_ptr + slot * capture_slot_stride, D, acc, item, M, D, BLOCK_M, DN_BN)
@@ -255,6 +255,7 @@ def persistent_step_triton(model, io, m: int, cache, bufs: PersistentBuffers) ->
         BLOCK_KV=block_kv, BLOCK_S=triton.next_power_of_2(ns), O_BN=o_cfg.block_n, O_BK=o_cfg.block_k,
         GU_BN=gu_cfg.block_n, GU_BK=gu_cfg.block_k, DN_BN=dn_cfg.block_n, DN_BK=dn_cfg.block_k,
         QKV_UNROLL=unroll_norm(d, qkv_cfg.block_k), GU_UNROLL=unroll_norm(d, gu_cfg.block_k),
+        EARLY=True,  # the persistent step is only the default where every layer is small (latency-bound)
         QKV_LINES=lines((hd // 2 // sub) * d * eb), ATTN_LINES=lines(split * hd * cache.k.element_size()),
         O_LINES=lines(o_cfg.block_n * c.q_dim * eb), GU_LINES=lines(gu_cfg.block_n * d * eb),
         DN_LINES=lines(dn_cfg.block_n * f * eb), ELEM_BYTES=eb, MAX_SPIN=MAX_SPIN,

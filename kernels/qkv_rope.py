@@ -14,9 +14,10 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import UPCAST_DOT, l2_prefetch, mma, pdl_args, pdl_start, prefetch_lines, prefetch_on, unroll_norm
+from kernels.common import (UPCAST_DOT, l2_prefetch, latency_bound, mma, pdl_args, pdl_start, prefetch_lines, prefetch_on,
+                            unroll_norm)
 
-from kernels.fused_linear import BLOCK_M, row_squares
+from kernels.fused_linear import BLOCK_M, row_rstd
 from kernels.rmsnorm import rmsnorm_reference
 from kernels.tuning import config_for
 
@@ -99,10 +100,12 @@ def qkv_rope_tile(
     M, K, eps, H, KVH,
     HD: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_QKNORM: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, SUB: tl.constexpr, CACHE: tl.constexpr, UNROLL_NORM: tl.constexpr,
+    EARLY: tl.constexpr,
 ):
     """Program `pid` = (head, part): SUB programs per head, part p owning the columns [p*HB, (p+1)*HB) of
     each rotate-half half (HB = HD/2/SUB), so RoPE's pairs (i, i + HD/2) stay in one program. CACHE: the
-    load cache modifier of x, UNROLL_NORM the norm's pass unrolled or not (see fused_linear.linear_tile)."""
+    load cache modifier of x, UNROLL_NORM the norm's pass unrolled or not, EARLY the positions, RoPE angles
+    and bias loaded before the K walk (see fused_linear.linear_tile)."""
     HALF: tl.constexpr = HD // 2
     HB: tl.constexpr = HALF // SUB
     head = pid // SUB
@@ -112,24 +115,28 @@ def qkv_rope_tile(
     rh = part * HB + tl.arange(0, HB)
     rk = tl.arange(0, BLOCK_K)
     m_mask = rm < M
+    if EARLY:
+        pos = tl.load(pos_ptr + rm, mask=m_mask, other=0)
+        c = tl.load(cos_ptr + pos[:, None] * HALF + rh[None, :], mask=m_mask[:, None], other=0.0)
+        s = tl.load(sin_ptr + pos[:, None] * HALF + rh[None, :], mask=m_mask[:, None], other=0.0)
+        if HAS_BIAS:
+            b1 = tl.load(b_ptr + row0 + rh).to(tl.float32)
+            b2 = tl.load(b_ptr + row0 + HALF + rh).to(tl.float32)
     # RMSNorm's rstd first, from one pass over x (see fused_linear.py for why not inside the K walk)
-    ss = tl.zeros([BLOCK_M], dtype=tl.float32)
-    if UNROLL_NORM > 0:
-        for k0 in tl.static_range(0, UNROLL_NORM, BLOCK_K):
-            ss += row_squares(x_ptr, x_stride, rm, m_mask, k0 + rk, K, CACHE)
-    else:
-        for k0 in range(0, K, BLOCK_K):
-            ss += row_squares(x_ptr, x_stride, rm, m_mask, k0 + rk, K, CACHE)
-    rstd = 1.0 / tl.sqrt(ss / K + eps)
+    rstd = row_rstd(x_ptr, x_stride, rm, m_mask, K, eps, BLOCK_M, BLOCK_K, CACHE, UNROLL_NORM)
     acc1 = tl.zeros([BLOCK_M, HB], dtype=tl.float32)
     acc2 = tl.zeros([BLOCK_M, HB], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         acc1, acc2 = _qkv_k_block(acc1, acc2, k0 + rk, x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, row0, rh, K,
                                   HALF, IEEE, UPCAST, CACHE)
     if HAS_BIAS:
-        acc1 += tl.load(b_ptr + row0 + rh).to(tl.float32)[None, :]
-        acc2 += tl.load(b_ptr + row0 + HALF + rh).to(tl.float32)[None, :]
-    pos = tl.load(pos_ptr + rm, mask=m_mask, other=0)
+        if not EARLY:
+            b1 = tl.load(b_ptr + row0 + rh).to(tl.float32)
+            b2 = tl.load(b_ptr + row0 + HALF + rh).to(tl.float32)
+        acc1 += b1[None, :]
+        acc2 += b2[None, :]
+    if not EARLY:
+        pos = tl.load(pos_ptr + rm, mask=m_mask, other=0)
     if head < H + KVH:
         if HAS_QKNORM:
             hss = tl.sum(acc1 * acc1, axis=1) + tl.sum(acc2 * acc2, axis=1)
@@ -142,8 +149,9 @@ def qkv_rope_tile(
                 n2 = tl.load(kn_ptr + HALF + rh).to(tl.float32)
             acc1 = acc1 * hr[:, None] * n1[None, :]
             acc2 = acc2 * hr[:, None] * n2[None, :]
-        c = tl.load(cos_ptr + pos[:, None] * HALF + rh[None, :], mask=m_mask[:, None], other=0.0)
-        s = tl.load(sin_ptr + pos[:, None] * HALF + rh[None, :], mask=m_mask[:, None], other=0.0)
+        if not EARLY:
+            c = tl.load(cos_ptr + pos[:, None] * HALF + rh[None, :], mask=m_mask[:, None], other=0.0)
+            s = tl.load(sin_ptr + pos[:, None] * HALF + rh[None, :], mask=m_mask[:, None], other=0.0)
         o1 = acc1 * c - acc2 * s
         o2 = acc2 * c + acc1 * s
     else:
@@ -170,7 +178,7 @@ def _qkv_rope_kernel(
     M, K, eps, H, KVH,
     HD: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_QKNORM: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, SUB: tl.constexpr, PREFETCH_LINES: tl.constexpr,
-    ELEM_BYTES: tl.constexpr, USE_PDL: tl.constexpr, UNROLL_NORM: tl.constexpr,
+    ELEM_BYTES: tl.constexpr, USE_PDL: tl.constexpr, UNROLL_NORM: tl.constexpr, EARLY: tl.constexpr,
 ):
     pid = tl.program_id(0)
     if PREFETCH_LINES > 0:
@@ -178,7 +186,7 @@ def _qkv_rope_kernel(
     pdl_start(USE_PDL)
     qkv_rope_tile(pid, x_ptr, x_stride, norm_ptr, w_ptr, b_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr,
                   q_ptr, k_cache_ptr, v_cache_ptr, cache_head_stride, M, K, eps, H, KVH,
-                  HD, HAS_BIAS, HAS_QKNORM, IEEE, UPCAST, BLOCK_M, BLOCK_K, SUB, "", UNROLL_NORM)
+                  HD, HAS_BIAS, HAS_QKNORM, IEEE, UPCAST, BLOCK_M, BLOCK_K, SUB, "", UNROLL_NORM, EARLY)
 
 
 def qkv_rope_triton(
@@ -218,7 +226,7 @@ def qkv_rope_triton(
         m, k, eps, n_heads, n_kv_heads,
         HD=hd, HAS_BIAS=bqkv is not None, HAS_QKNORM=q_norm is not None, UPCAST=UPCAST_DOT, IEEE=wqkv.dtype == torch.float32,
         BLOCK_M=BLOCK_M, BLOCK_K=cfg.block_k, SUB=sub, PREFETCH_LINES=lines, ELEM_BYTES=wqkv.element_size(),
-        UNROLL_NORM=unroll_norm(k, cfg.block_k),
+        UNROLL_NORM=unroll_norm(k, cfg.block_k), EARLY=latency_bound(wqkv.nbytes),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl,
     )
     return q_out

@@ -245,3 +245,27 @@ def test_unrolled_norm_passes_compute_the_same_bits(unrolled, gen):
     assert all(torch.equal(a, b) for a, b in zip(*runs))
     with unrolled(True):
         assert common.unroll_norm(4096, 64) == 0  # 64 steps: stays a loop
+
+
+def test_early_epilogue_loads_compute_the_same_bits(monkeypatch, gen):
+    """Latency-bound kernels (common.latency_bound) load the residual, bias, positions and RoPE angles
+    before the K walk; the others after it. The same values are added at the same point: the same bits."""
+    from kernels import common
+
+    m, k, n = 5, 96, 64
+    x, nw, res = randn(m, k, g=gen), randn(k, g=gen) * 0.1 + 1.0, randn(m, n, g=gen)
+    w, b = randn(n, k, g=gen, scale=k**-0.5), randn(n, g=gen, scale=0.1)
+    heads, kvh, hd, cap = 4, 2, 32, 24
+    wqkv = randn((heads + 2 * kvh) * hd, k, g=gen, scale=k**-0.5)
+    bqkv = randn((heads + 2 * kvh) * hd, g=gen, scale=0.1)
+    cos, sin = rope_tables(hd, 10000.0, RopeScaling(), cap, DEV)
+    pos = torch.arange(3, 3 + m, dtype=torch.int32, device=DEV)
+    runs = []
+    for limit in (common.PREFETCH_MAX_BYTES, 0):  # early, then late
+        monkeypatch.setattr(common, "PREFETCH_MAX_BYTES", limit)
+        assert common.latency_bound(w.nbytes) == (limit > 0)
+        caches = [torch.zeros(kvh, cap, hd, device=DEV) for _ in range(2)]
+        runs.append([fused_linear_triton(x, w, residual=res, bias=b), fused_linear_triton(x, w, norm_weight=nw, bias=b),
+                     qkv_rope_triton(x, nw, wqkv, bqkv, None, None, cos, sin, pos, caches[0], caches[1], heads, kvh, 1e-6),
+                     caches[0], caches[1]])
+    assert all(torch.equal(a, c) for a, c in zip(*runs))
