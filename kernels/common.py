@@ -80,7 +80,9 @@ def prefetch_on(pdl: dict, kernel_bytes: int) -> bool:
 
 def latency_bound(kernel_bytes: int) -> bool:
     """Whether a kernel that reads `kernel_bytes` of weights is latency-bound (at most PREFETCH_MAX_BYTES):
-    there it loads its epilogue's operands before the K walk (EARLY), so their latency overlaps the walk.
+    there it loads its epilogue's operands before the K walk (EARLY), so their latency overlaps the walk
+    (the step -3 %, AR +3.0 % by the bot; rounding not bit-identical to the late loads on the GPU, see
+    fused_linear.linear_tile).
     On bandwidth-bound shapes the registers held through the walk cost more: the Llama-3.2-1B guard
     shape decoded at 0.927x with it everywhere (docs/perf.md, 2026-12-02 fourth session)."""
     return kernel_bytes <= PREFETCH_MAX_BYTES

@@ -113,8 +113,12 @@ def linear_tile(
     """Output tile `pid` (BLOCK_N columns, every row) of the fused op, float32. CACHE is the load cache
     modifier of x and the residual: ".cg" (L2 only) where another program of the same launch wrote them
     (kernels/persistent_step.py), "" otherwise. UNROLL_NORM: see row_rstd. EARLY: the
-    residual and bias are loaded before the K walk (their latency overlaps it; the same values added at
-    the same point, so the same bits), for latency-bound shapes only (common.latency_bound)."""
+    residual and bias are loaded before the K walk (their latency overlaps it), for latency-bound shapes
+    only (common.latency_bound). The same values are added at the same point, and the interpreter gives
+    the same bits; compiled for the H200 the rounding differs slightly: with it, the bot's AR streams
+    left the previous main's after 6-84 tokens, KL 0.0002, as they did with the ungated version alone
+    (docs/perf.md, 2026-12-02 fourth and sixth sessions). Within
+    one build a row's result still never depends on how many rows share the step."""
     rm = tl.arange(0, BLOCK_M)
     rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
