@@ -1,5 +1,6 @@
-"""What the GPU benches share: time a function as a CUDA graph, and flip a kernel switch of
-kernels/common.py (an environment variable read through a cached function) inside one process."""
+"""What the GPU benches share: time a function as a CUDA graph, time the whole captured decode/verify
+step, and flip a kernel switch of kernels/common.py (an environment variable read through a cached
+function) inside one process."""
 
 from __future__ import annotations
 
@@ -51,3 +52,18 @@ def set_switch(var: str, on: bool) -> None:
     cached = getattr(common, SWITCH_CACHES[var] or "", None)
     if cached is not None:
         cached.cache_clear()
+
+
+def step_us(model, ctx: int, rows: int, replays: int = 200) -> float:
+    """Microseconds per replay of `model`'s captured step (every layer's kernels and the LM head) for
+    `rows` rows at positions ctx.., in a fresh cache sized for ctx + 320. engine.model is imported here,
+    after the bench has put the checkout it times first on sys.path (bench/step_sweep.py --tree)."""
+    from engine.model import StepIO
+
+    cap = -(-(ctx + 256 + 64) // 1024) * 1024
+    cache = model.new_cache(cap)
+    io = StepIO(model, cap)
+    io.set_rows(list(range(1000, 1000 + rows)), ctx)
+    us = time_graph(lambda: model.step(io, rows, cache), replays)
+    del cache, io
+    return us

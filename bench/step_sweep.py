@@ -50,7 +50,7 @@ sys.path.insert(0, str(Path(ARGS.tree).resolve() if ARGS.tree else _ROOT))
 import torch  # noqa: E402
 
 from engine.model import StepIO, Transformer  # noqa: E402
-from gpu_timing import set_switch, time_graph  # noqa: E402
+from gpu_timing import set_switch, step_us, time_graph  # noqa: E402
 from kernels import tuning  # noqa: E402
 from models import random_model  # noqa: E402
 
@@ -111,16 +111,6 @@ def breakdown(model: Transformer, ctx: int, replays: int) -> dict[str, float]:
         "lm_head": lambda: [fused_linear_triton(x, model.lm_head, norm_weight=model.norm, eps=c.norm_eps, out_dtype=torch.float32)],
     }
     return {k: time_graph(fn, replays) / (1 if k == "lm_head" else c.n_layers) for k, fn in kinds.items()}
-
-
-def step_us(model: Transformer, ctx: int, rows: int, replays: int) -> float:
-    cap = -(-(ctx + 256 + 64) // 1024) * 1024
-    cache = model.new_cache(cap)
-    io = StepIO(model, cap)
-    io.set_rows(list(range(1000, 1000 + rows)), ctx)
-    us = time_graph(lambda: model.step(io, rows, cache), replays)
-    del cache, io
-    return us
 
 
 def emit(**kw) -> None:

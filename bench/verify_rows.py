@@ -20,39 +20,38 @@ greedy commit or the host), the median over 5 batches of 200 replays, in microse
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
 
 _ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(_ROOT / "tests" / "gpu"))
-sys.path.insert(0, str(_ROOT))
+for _p in (_ROOT / "bench", _ROOT / "tests" / "gpu", _ROOT):
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
 
 import torch  # noqa: E402
 
 import engine.model as model_mod  # noqa: E402
 import kernels.fused_linear as fused_linear  # noqa: E402
 import kernels.qkv_rope as qkv_rope  # noqa: E402
-from engine.model import StepIO, Transformer  # noqa: E402
-from gpu_timing import time_graph  # noqa: E402
+from engine.model import Transformer  # noqa: E402
+from gpu_timing import step_us  # noqa: E402
 from models import random_model  # noqa: E402
 
 
-def set_capacity(rows: int) -> None:
-    """Size the step for `rows` rows: the IO buffers and attention workspace (STEP_ROWS), and the linear
-    kernels' row tile (BLOCK_M, at least 16, as today)."""
+@contextlib.contextmanager
+def capacity(rows: int):
+    """Within: steps sized for `rows` rows (the IO buffers and attention workspace made then,
+    engine.model.STEP_ROWS, and the linear kernels' row tile, BLOCK_M, at least 16 as today). After:
+    the engine's own sizes again."""
+    saved = model_mod.STEP_ROWS, fused_linear.BLOCK_M, qkv_rope.BLOCK_M
     model_mod.STEP_ROWS = rows
     fused_linear.BLOCK_M = qkv_rope.BLOCK_M = max(16, rows)
-
-
-def step_us(model: Transformer, ctx: int, rows: int, replays: int) -> float:
-    cap = -(-(ctx + 256 + 64) // 1024) * 1024
-    cache = model.new_cache(cap)
-    io = StepIO(model, cap)
-    io.set_rows(list(range(1000, 1000 + rows)), ctx)
-    us = time_graph(lambda: model.step(io, rows, cache), replays)
-    del cache, io
-    return us
+    try:
+        yield
+    finally:
+        model_mod.STEP_ROWS, fused_linear.BLOCK_M, qkv_rope.BLOCK_M = saved
 
 
 def main() -> int:
@@ -68,19 +67,14 @@ def main() -> int:
     model = Transformer(loaded.config, loaded.weights, "cuda")
     rows_list = sorted({int(r) for r in args.rows.split(",")})
     caps = sorted({max(8, 1 << (r - 1).bit_length()) for r in rows_list})
-    default = (model_mod.STEP_ROWS, fused_linear.BLOCK_M)
-    try:
-        for ctx in (int(c) for c in args.contexts.split(",")):
-            for cap in caps:
-                set_capacity(cap)
+    for ctx in (int(c) for c in args.contexts.split(",")):
+        for cap in caps:
+            with capacity(cap):
                 for rows in rows_list:
                     if rows <= cap and (rows in (1, 7) or cap == max(8, 1 << (rows - 1).bit_length())):
                         us = step_us(model, ctx, rows, args.replays)
                         print(json.dumps({"ctx": ctx, "capacity": cap, "block_m": fused_linear.BLOCK_M, "rows": rows, "us": us}),
                               flush=True)
-    finally:
-        model_mod.STEP_ROWS, fused_linear.BLOCK_M = default
-        qkv_rope.BLOCK_M = default[1]
     return 0
 
 
