@@ -32,9 +32,10 @@ def fused_linear_reference(
     up_weight: torch.Tensor | None = None,
     residual: torch.Tensor | None = None,
     bias: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
     out_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
-    """Plain-torch definition of the fused op (also the CPU path)."""
+    """Plain-torch definition of the fused op (also the CPU path); `out` as in fused_linear_triton."""
     cdt = weight.dtype
     a = rmsnorm_reference(x, norm_weight, eps, out_dtype=cdt) if norm_weight is not None else x.to(cdt)
     y = a.float() @ weight.float().t()
@@ -44,6 +45,8 @@ def fused_linear_reference(
         y = torch.nn.functional.silu(y) * (a.float() @ up_weight.float().t())
     if residual is not None:
         y = y + residual.float()
+    if out is not None:
+        return out.copy_(y)
     return y.to(out_dtype or (residual.dtype if residual is not None else x.dtype))
 
 

@@ -9,6 +9,11 @@ tokens[0] = t_j, positions[i] = base + i, kv_end[i] = base + i + 1 where base = 
 state (int64[5]): [n_committed, base_position, last_accepted_j, steps, previous_base_position]
 (the last one is the position of row 0 of the step just committed: where the DSpark drafter finds
 the rows whose hidden states it turns into context).
+
+On Triton the row argmaxes come first, from a grid of (row, vocabulary chunk) programs that each write
+their chunk's max and its first index; the commit's one program then reduces ARGMAX_CHUNK-wide partials
+instead of walking M x V logits alone (that walk took 88 us of a 7-row DSpark iteration's ~1,000 on the
+H200, docs/perf.md 2026-12-03). The first index of the largest value wins, as in torch.argmax.
 """
 
 from __future__ import annotations
@@ -45,25 +50,37 @@ def greedy_commit_reference(
     state[STATE_STEPS] += 1
 
 
+ARGMAX_CHUNK = 2048  # vocabulary entries per program of the argmax pass
+
+
 @triton.jit
-def _row_argmax(logits_ptr, row, V, BLOCK_V: tl.constexpr):
-    offs = tl.arange(0, BLOCK_V)
-    best = tl.max(tl.full([BLOCK_V], float("-inf"), tl.float32), axis=0)
-    best_idx = tl.min(tl.zeros([BLOCK_V], tl.int64), axis=0)
-    for v0 in range(0, V, BLOCK_V):
-        vals = tl.load(logits_ptr + row * V + v0 + offs, mask=v0 + offs < V, other=float("-inf")).to(tl.float32)
-        cmax = tl.max(vals, axis=0)
-        cidx = tl.argmax(vals, axis=0).to(tl.int64) + v0
-        better = cmax > best
-        best_idx = tl.where(better, cidx, best_idx)
-        best = tl.where(better, cmax, best)
-    return best_idx
+def _argmax_partial_kernel(logits_ptr, pmax_ptr, pidx_ptr, V, NCH, CHUNK: tl.constexpr, USE_PDL: tl.constexpr):
+    """Program (row, c): the max of logits[row, c*CHUNK : (c+1)*CHUNK] and its first index."""
+    pdl_start(USE_PDL)
+    row = tl.program_id(0)
+    c = tl.program_id(1)
+    offs = c * CHUNK + tl.arange(0, CHUNK)
+    vals = tl.load(logits_ptr + row * V + offs, mask=offs < V, other=float("-inf")).to(tl.float32)
+    best = tl.max(vals, axis=0)
+    idx = tl.argmax(vals, axis=0, tie_break_left=True).to(tl.int64) + c * CHUNK
+    tl.store(pmax_ptr + row * NCH + c, best)
+    tl.store(pidx_ptr + row * NCH + c, idx)
+
+
+@triton.jit
+def _row_argmax(pmax_ptr, pidx_ptr, row, NCH, BLOCK_S: tl.constexpr):
+    """The row's argmax from its chunks' partials: the smallest index among the chunks holding the max."""
+    s = tl.arange(0, BLOCK_S)
+    vals = tl.load(pmax_ptr + row * NCH + s, mask=s < NCH, other=float("-inf"))
+    idx = tl.load(pidx_ptr + row * NCH + s, mask=s < NCH, other=2**62)
+    best = tl.max(vals, axis=0)
+    return tl.min(tl.where(vals == best, idx, 2**62), axis=0)
 
 
 @triton.jit
 def _greedy_commit_kernel(
-    logits_ptr, tokens_ptr, positions_ptr, kv_end_ptr, out_ptr, state_ptr,
-    M, V, ROWS, BLOCK_V: tl.constexpr, BLOCK_ROWS: tl.constexpr, USE_PDL: tl.constexpr,
+    pmax_ptr, pidx_ptr, tokens_ptr, positions_ptr, kv_end_ptr, out_ptr, state_ptr,
+    M, NCH, ROWS, BLOCK_S: tl.constexpr, BLOCK_ROWS: tl.constexpr, USE_PDL: tl.constexpr,
 ):
     pdl_start(USE_PDL)
     accepted = tl.min(tl.zeros([BLOCK_ROWS], tl.int64), axis=0)
@@ -71,7 +88,7 @@ def _greedy_commit_kernel(
     n = tl.load(state_ptr + 0)
     last = tl.load(tokens_ptr + 0).to(tl.int64)
     for i in range(0, M):
-        t = _row_argmax(logits_ptr, i, V, BLOCK_V)
+        t = _row_argmax(pmax_ptr, pidx_ptr, i, NCH, BLOCK_S)
         keep = i <= accepted
         tl.store(out_ptr + n + i, t.to(out_ptr.dtype.element_ty), mask=keep)
         last = tl.where(keep, t, last)
@@ -97,7 +114,13 @@ def greedy_commit_triton(
 ) -> None:
     v = logits.shape[-1]
     rows = positions.shape[0]
+    nch = triton.cdiv(v, ARGMAX_CHUNK)
+    # fresh each call: inside a CUDA-graph capture they come from (and stay in) the graph's own pool
+    pmax = torch.empty((m, nch), dtype=torch.float32, device=logits.device)
+    pidx = torch.empty((m, nch), dtype=torch.int64, device=logits.device)
+    pdl = pdl_args(logits)
+    _argmax_partial_kernel[(m, nch)](logits, pmax, pidx, v, nch, CHUNK=ARGMAX_CHUNK, num_warps=4, **pdl)
     _greedy_commit_kernel[(1,)](
-        logits, tokens, positions, kv_end, out_tokens, state, m, v, rows,
-        BLOCK_V=4096, BLOCK_ROWS=triton.next_power_of_2(max(rows, 2)), num_warps=8, **pdl_args(logits),
+        pmax, pidx, tokens, positions, kv_end, out_tokens, state, m, nch, rows,
+        BLOCK_S=triton.next_power_of_2(nch), BLOCK_ROWS=triton.next_power_of_2(max(rows, 2)), num_warps=1, **pdl,
     )

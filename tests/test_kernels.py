@@ -183,20 +183,53 @@ def test_embedding(gen):
     assert torch.equal(embedding_triton(tokens, table), embedding_reference(tokens, table))
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_markov_draft(dtype, gen):
-    from kernels.markov_draft import markov_draft_reference, markov_draft_triton
+@pytest.mark.parametrize("vocab", [5000, 49152])
+def test_greedy_commit_ties_go_to_the_first_index_across_chunks(vocab, gen):
+    """The argmax runs per 2,048-entry chunk (kernels.greedy_commit.ARGMAX_CHUNK): a maximum repeated in
+    a later chunk, or later in the same chunk, must lose to its first occurrence, as in torch.argmax."""
+    logits = randn(3, vocab, g=gen)
+    top = float(logits.max()) + 1.0
+    logits[0, [4500, 2100, 2047]] = top  # first at 2047, the last entry of chunk 0
+    logits[1, [3000, 2049]] = top  # both in chunk 1
+    logits[2, vocab - 1] = top  # the last entry of the last, partial chunk
+    tokens = torch.tensor([11, 0, 0, 0, 0, 0, 0, 0], dtype=torch.int64, device=DEV)
+    out = torch.full((16,), -1, dtype=torch.int64, device=DEV)
+    for row, want in ((0, 2047), (1, 2049), (2, vocab - 1)):
+        state = torch.tensor([0, 40, 0, 0, 0], device=DEV)
+        greedy_commit_triton(logits[row : row + 1].contiguous(), tokens, torch.zeros(8, dtype=torch.int32, device=DEV),
+                             torch.zeros(8, dtype=torch.int32, device=DEV), out, state, 1)
+        assert int(out[0]) == want == int(torch.argmax(logits[row]))
 
-    vocab, r, k, p = 500, 64, 8, 6
-    u = randn(vocab, r, g=gen, dtype=dtype)
-    v = randn(vocab, r, g=gen, dtype=dtype)
-    logits = randn(p, vocab, g=gen) * 3
-    vals, ids = torch.topk(logits, k, dim=-1)
-    last = torch.tensor([7], device=DEV)
-    a = markov_draft_reference(ids, vals, last, u, v, torch.zeros(p, dtype=torch.int64, device=DEV))
-    b = markov_draft_triton(ids, vals, last, u, v, torch.zeros(p, dtype=torch.int64, device=DEV))
-    assert torch.equal(a, b)
-    assert all(int(a[i]) in ids[i].tolist() for i in range(p))
+
+@pytest.mark.parametrize("vocab,k", [(3000, 8), (5000, 64), (49152, 64)])
+def test_draft_head(vocab, k, gen):
+    """The drafter's head on Triton (three launches) against the torch path: the same drafts, depth
+    and drafted token rows; confidences to rounding. vocab 3000 and 5000 end in a partial chunk."""
+    from kernels.draft_head import draft_head_reference, draft_head_triton
+
+    p, r, d = 6, 64, 96
+    base = randn(p, vocab, g=gen) * 4
+    h = randn(p, d, g=gen)
+    u = randn(vocab, r, g=gen, dtype=torch.bfloat16, scale=0.5)
+    v = randn(vocab, r, g=gen, dtype=torch.bfloat16, scale=0.5)
+    conf_w = randn(d, g=gen, scale=0.05)
+    conf_a, conf_b = torch.tensor(0.5, device=DEV), torch.tensor(1.5, device=DEV)
+    last = torch.tensor([int(torch.randint(0, vocab, (1,), generator=gen))], device=DEV)
+    results = []
+    for fn in (draft_head_reference, draft_head_triton):
+        drafts = torch.zeros(p, dtype=torch.int64, device=DEV)
+        conf = torch.zeros(p, device=DEV)
+        depth = torch.zeros((), dtype=torch.int64, device=DEV)
+        tokens = torch.full((8,), -1, dtype=torch.int64, device=DEV)
+        fn(base, h, last, u, v, conf_w, conf_a, conf_b, torch.tensor(0.3, device=DEV), k, drafts, conf, depth, tokens)
+        results.append((drafts, conf, depth, tokens))
+    (d0, c0, n0, t0), (d1, c1, n1, t1) = results
+    assert torch.equal(d0, d1) and torch.equal(t0, t1) and torch.equal(n0, n1)
+    assert t1[0] == -1 and torch.equal(t1[1 : 1 + p], d1) and t1[7] == -1
+    assert torch.allclose(c0, c1, rtol=1e-5, atol=1e-6)
+    # the later drafts come from each position's top-k
+    top = torch.topk(base[1:], k, dim=-1).indices
+    assert all(int(d1[i + 1]) in top[i].tolist() for i in range(p - 1))
 
 
 @pytest.fixture

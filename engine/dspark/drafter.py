@@ -24,7 +24,7 @@ from engine.errors import EngineError
 from engine.model import STEP_ROWS, LayerWeights, Transformer
 from kernels.decode_attention import AttentionWorkspace, default_split
 from kernels.greedy_commit import STATE_PREV_BASE
-from kernels.markov_draft import markov_draft_reference, markov_draft_triton
+from kernels.draft_head import draft_head_reference, draft_head_triton
 
 CANDIDATES = 64  # top-K candidates per later position that the Markov pass re-ranks
 WEIGHTS_FILE = "drafter.safetensors"
@@ -105,7 +105,6 @@ class DrafterRuntime:
         a, b = w["markov_a"].to(dev, torch.float32), w["markov_b"].to(dev, torch.float32)
         self.markov_u = (target.lm_head.float() @ b).to(dt).contiguous()  # [V, r]
         self.markov_v = (target.embed.float() @ a.t()).to(dt).contiguous()  # [V, r]
-        self.markov_u_f32 = self.markov_u.float()  # the first draft's full-vocabulary bias, without a cast per step
         self.conf_w = f32(w["conf_w"])
         self.conf_a = f32(w["conf_a"]).reshape(())
         self.conf_b = f32(w["conf_b"]).reshape(())
@@ -169,24 +168,14 @@ class DrafterRuntime:
         p = c.proposals
         h = ops.rmsnorm(x[1 : 1 + p], self.final_norm, c.norm_eps, out_dtype=torch.float32)
         self.h[:p].copy_(h)
-        base = ops.fused_linear(h, self.lm_head, out_dtype=torch.float32)
-        self.base_logits.copy_(base)
-        # The first draft's Markov bias comes from the last committed token, known before drafting:
-        # add it over the whole vocabulary (the bias is large; a top-8 re-rank missed ~20 % of these).
-        # Later drafts depend on the one before: re-rank each position's top candidates in turn.
-        # index_select, not markov_v[block_tokens[0]]: a 0-d tensor index is read on the host (.item()),
-        # a synchronisation that is illegal while this pass is captured as a CUDA graph.
-        prev = self.markov_v.index_select(0, self.block_tokens[:1])  # [1, r], on the device
-        first = base[0] + self.markov_u_f32 @ prev[0].float()
-        self.drafts[0] = torch.argmax(first)
-        vals, ids = torch.topk(base[1:], CANDIDATES, dim=-1)
-        markov = markov_draft_triton if ops.backend == "triton" else markov_draft_reference
-        markov(ids.contiguous(), vals.contiguous(), self.drafts[:1], self.markov_u, self.markov_v, self.drafts[1:])
-        top = base.max(-1).values - torch.logsumexp(base, -1)
-        conf = torch.sigmoid(h @ self.conf_w + self.conf_a * top + self.conf_b)
-        self.confidence.copy_(conf)
-        self.depth.copy_((torch.cumprod(conf, 0) >= self.threshold).sum())
-        io.tokens[1 : 1 + p] = self.drafts
+        ops.fused_linear(h, self.lm_head, out_dtype=torch.float32, out=self.base_logits)
+        # The first draft's Markov bias comes from the last committed token, known before drafting: it is
+        # added over the whole vocabulary (the bias is large; a top-8 re-rank missed ~20 % of these).
+        # Later drafts depend on the one before: each position's top candidates are re-ranked in turn.
+        # The drafts land in the target step's token rows 1..p (kernels/draft_head.py).
+        head = draft_head_triton if ops.backend == "triton" else draft_head_reference
+        head(self.base_logits, self.h[:p], self.block_tokens[:1], self.markov_u, self.markov_v, self.conf_w, self.conf_a,
+             self.conf_b, self.threshold, CANDIDATES, self.drafts, self.confidence, self.depth, io.tokens)
 
     def prefill_context(self, captured: list[torch.Tensor], end: int) -> None:
         """Context K/V for prompt positions [max(0, end - window), end) from the prefill's captured
