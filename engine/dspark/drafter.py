@@ -118,7 +118,7 @@ class DrafterRuntime:
             split = default_split(capacity, c.n_kv_heads, sms)
         self.workspace = AttentionWorkspace(STEP_ROWS, c.n_heads, c.head_dim, capacity, split, dev)
         self.arange = torch.arange(STEP_ROWS, device=dev, dtype=torch.int32)
-        self.zeros = torch.zeros(STEP_ROWS, device=dev, dtype=torch.int32)
+        self.bound_offsets = torch.tensor([-c.window] * self.rows + [c.block_size] * self.rows, device=dev, dtype=torch.int32)
         self.block_tokens = torch.full((STEP_ROWS,), self.mask_id, dtype=torch.int64, device=dev)
         self.threshold = torch.tensor(0.3, device=dev)
         # outputs
@@ -150,12 +150,12 @@ class DrafterRuntime:
         ops, c = self.ops, self.c
         io = self.step_io
         rows = self.rows
-        last_pos = io.positions[0]
         self.block_tokens[0] = io.tokens[0]
-        pos = last_pos + self.arange[:rows]
-        # every block row sees the same window (non-causal in the block); fresh contiguous tensors
-        kv_start = torch.clamp(last_pos - c.window, min=0) + self.zeros[:rows]
-        kv_end = last_pos + c.block_size + self.zeros[:rows]
+        pos = io.positions[:rows]  # P + i: the greedy commit and set_rows keep the step's rows consecutive
+        # every block row sees the same window [max(0, P - window), P + block_size) (non-causal in the
+        # block): both bounds for all rows in one add and one clamp, contiguous halves of one tensor
+        bounds = torch.add(io.positions[:1], self.bound_offsets).clamp_(min=0)
+        kv_start, kv_end = bounds[:rows], bounds[rows:]
         x = ops.embedding(self.block_tokens[:rows], self.table)
         pos_arg = pos if ops.backend == "triton" else pos.long()
         for i, lw in enumerate(self.layers):
