@@ -104,7 +104,9 @@ def main() -> int:
                 from kernels import draft_head
             except ImportError:  # a tree from before the Triton head
                 draft_head = None
-            if draft_head is not None:
+            import inspect
+
+            if draft_head is not None and "bits" in inspect.signature(draft_head.draft_head_triton).parameters:
                 # the head alone (its three launches), at each radix width of its top-K search
                 from engine.dspark.drafter import CANDIDATES
                 from gpu_timing import time_graph
