@@ -1,7 +1,6 @@
 """Where a DSpark iteration's time goes on the GPU: the verify step, the greedy commit, the drafter's
 context update and its draft pass, each timed alone as a CUDA graph, and the whole on-device iteration;
-the drafter's head alone at each radix width of its top-K search (head_bits*_us); then the kernels of
-the drafter's passes and of the commit by GPU time (torch profiler, eager).
+then the kernels of the drafter's passes and of the commit by GPU time (torch profiler, eager).
 
 Random target weights in the bundled model's shape and the shipped drafter (speed does not depend on
 the values; acceptance does, and is not measured here). Prints JSON lines, then the profiler tables.
@@ -100,24 +99,6 @@ def main() -> int:
             }
             chunk8 = g.fused_chunk(8)
             row["iteration_in_chunk8_us"] = replay_us(chunk8, max(1, args.replays // 32)) / 8
-            try:
-                from kernels import draft_head
-            except ImportError:  # a tree from before the Triton head
-                draft_head = None
-            import inspect
-
-            if draft_head is not None and "bits" in inspect.signature(draft_head.draft_head_triton).parameters:
-                # the head alone (its three launches), at each radix width of its top-K search
-                from engine.dspark.drafter import CANDIDATES
-                from gpu_timing import time_graph
-
-                rt, p = g.rt, files.config.proposals
-                for bits in (1, 2, 4):
-                    row[f"head_bits{bits}_us"] = time_graph(
-                        lambda b=bits: draft_head.draft_head_triton(
-                            rt.base_logits, rt.h[:p], rt.block_tokens[:1], rt.markov_u, rt.markov_v, rt.conf_w, rt.conf_a,
-                            rt.conf_b, rt.threshold, CANDIDATES, rt.drafts, rt.confidence, rt.depth, s.io.tokens, bits=b),
-                        args.replays)
             row["tree"] = args.tree or "this"
             print(json.dumps(row), flush=True)
             if args.no_profile:

@@ -13,10 +13,10 @@ On Triton it is three launches (it was ~20 torch kernels, 119 of the draft pass'
 docs/perf.md, 2026-12-03):
 1. a grid of (vocabulary chunk, row) programs: each row's chunk max and sum of exponentials; for row 0
    the biased first-draft score's chunk argmax; for the later rows the chunk's K largest entries (a
-   radix search for the K-th largest value, HEAD_RADIX_BITS bits a pass, in registers, no sort);
+   bisection on the K-th largest value: 32 counts over the chunk in registers, no sort);
 2. one program per later row: the K largest of the chunks' candidates (the row's top-K, as a set);
-3. two programs: one the first draft and the Markov pass, the drafted tokens written straight into
-   the target step's input rows 1..P; the other the confidences and the depth.
+3. one program: the first draft, the Markov pass, the confidences and the depth, and the drafted
+   tokens written straight into the target step's input rows 1..P.
 Ties go to the smallest token id. The drafts may differ from the torch path's where two scores tie
 to the last bit (another summation order); acceptance decides nothing else, and every committed
 token is the target's own (lossless either way).
@@ -32,7 +32,6 @@ from kernels.common import pdl_args, pdl_start
 
 HEAD_CHUNK = 2048  # vocabulary entries per program of pass 1
 HEAD_SUB = 128  # rows of u read at a time for the first draft's bias
-HEAD_RADIX_BITS = 4  # the top-K search's bits a pass: 8 passes of 16 counts (1: a 32-step bisection)
 
 
 def markov_draft_reference(cand_ids: torch.Tensor, cand_vals: torch.Tensor, last: torch.Tensor, u: torch.Tensor, v: torch.Tensor,
@@ -71,16 +70,16 @@ def _order_key(x):
 
 
 @triton.jit
-def _top_k_select(key, valid, K: tl.constexpr, BITS: tl.constexpr):
-    """Which entries are the K largest valid ones (all valid ones when there are fewer): a radix search
-    for the K-th largest key, BITS bits a pass (2**BITS counts in one block-wide reduction, 32 / BITS
-    passes), then the ties at it taken in index order, smallest first."""
-    j = tl.arange(0, 1 << BITS).to(tl.int64)
+def _top_k_select(key, valid, K: tl.constexpr):
+    """Which entries are the K largest valid ones (all valid ones when there are fewer): a bisection on
+    the K-th largest key (32 counts), then the ties at it taken in index order, smallest first."""
     lo = tl.min(tl.zeros_like(key), axis=0) - 2147483648  # count(key >= lo) >= K, or lo stays here
-    for p in tl.static_range(32 // BITS):
-        width = 1 << (32 - BITS * (p + 1))  # count(key >= lo + 2**BITS * width) < K
-        counts = tl.sum(((key[:, None] >= lo + (j[None, :] + 1) * width) & valid[:, None]).to(tl.int32), axis=0)
-        lo = lo + tl.sum((counts >= K).to(tl.int64), axis=0) * width  # the counts fall with the threshold
+    hi = lo + 4294967296  # count(key >= hi) < K
+    for _ in tl.static_range(32):
+        mid = (lo + hi) >> 1
+        enough = tl.sum(((key >= mid) & valid).to(tl.int32), axis=0) >= K
+        lo = tl.where(enough, mid, lo)
+        hi = tl.where(enough, hi, mid)
     above = valid & (key > lo)
     at = (valid & (key == lo)).to(tl.int32)
     need = K - tl.sum(above.to(tl.int32), axis=0)
@@ -89,8 +88,7 @@ def _top_k_select(key, valid, K: tl.constexpr, BITS: tl.constexpr):
 
 @triton.jit
 def _head_chunk_kernel(base_ptr, u_ptr, v_ptr, last_ptr, rmax_ptr, rsum_ptr, fmax_ptr, fidx_ptr, cid_ptr, cval_ptr, V, NCH,
-                       R: tl.constexpr, K: tl.constexpr, CHUNK: tl.constexpr, SUB: tl.constexpr, BITS: tl.constexpr,
-                       USE_PDL: tl.constexpr):
+                       R: tl.constexpr, K: tl.constexpr, CHUNK: tl.constexpr, SUB: tl.constexpr, USE_PDL: tl.constexpr):
     """Pass 1, program (chunk c, row)."""
     pdl_start(USE_PDL)
     c = tl.program_id(0)
@@ -120,7 +118,7 @@ def _head_chunk_kernel(base_ptr, u_ptr, v_ptr, last_ptr, rmax_ptr, rsum_ptr, fma
         tl.store(fidx_ptr + c, best_idx)
     else:
         # the chunk's K largest, in index order, to slots [0, min(K, valid entries)) of its candidate list
-        sel = _top_k_select(_order_key(x), valid, K, BITS)
+        sel = _top_k_select(_order_key(x), valid, K)
         slot = tl.cumsum(sel.to(tl.int32), axis=0) - 1
         out = ((row - 1) * NCH + c) * K + slot
         tl.store(cid_ptr + out, offs.to(tl.int64), mask=sel)
@@ -129,7 +127,7 @@ def _head_chunk_kernel(base_ptr, u_ptr, v_ptr, last_ptr, rmax_ptr, rsum_ptr, fma
 
 @triton.jit
 def _head_merge_kernel(cid_ptr, cval_ptr, ids_ptr, vals_ptr, V, NCH, K: tl.constexpr, CHUNK: tl.constexpr, BLOCK: tl.constexpr,
-                       BITS: tl.constexpr, USE_PDL: tl.constexpr):
+                       USE_PDL: tl.constexpr):
     """Pass 2, program (later row): the K largest of the row's chunk candidates (ids in increasing order)."""
     pdl_start(USE_PDL)
     row = tl.program_id(0)
@@ -138,15 +136,37 @@ def _head_merge_kernel(cid_ptr, cval_ptr, ids_ptr, vals_ptr, V, NCH, K: tl.const
     valid = (chunk < NCH) & (j % K < tl.minimum(V - chunk * CHUNK, K))
     cid = tl.load(cid_ptr + row * NCH * K + j, mask=valid, other=0)
     cval = tl.load(cval_ptr + row * NCH * K + j, mask=valid, other=float("-inf"))
-    sel = _top_k_select(_order_key(cval), valid, K, BITS)
+    sel = _top_k_select(_order_key(cval), valid, K)
     slot = tl.cumsum(sel.to(tl.int32), axis=0) - 1
     tl.store(ids_ptr + row * K + slot, cid, mask=sel)
     tl.store(vals_ptr + row * K + slot, cval, mask=sel)
 
 
 @triton.jit
-def _confidence(rmax_ptr, rsum_ptr, h_ptr, conf_w_ptr, conf_a_ptr, conf_b_ptr, thr_ptr, conf_ptr, depth_ptr, s, NCH, D,
-                P: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
+def _head_final_kernel(ids_ptr, vals_ptr, fmax_ptr, fidx_ptr, rmax_ptr, rsum_ptr, h_ptr, u_ptr, v_ptr, conf_w_ptr, conf_a_ptr,
+                       conf_b_ptr, thr_ptr, drafts_ptr, conf_ptr, depth_ptr, tokens_ptr, NCH, D,
+                       P: tl.constexpr, K: tl.constexpr, R: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
+                       USE_PDL: tl.constexpr):
+    """Pass 3, one program: the first draft, the Markov pass, the confidences and the depth."""
+    pdl_start(USE_PDL)
+    s = tl.arange(0, BLOCK_S)
+    fm = tl.load(fmax_ptr + s, mask=s < NCH, other=float("-inf"))
+    fi = tl.load(fidx_ptr + s, mask=s < NCH, other=2**62)
+    prev = tl.min(tl.where(fm == tl.max(fm, axis=0), fi, 2**62), axis=0)
+    tl.store(drafts_ptr, prev)
+    tl.store(tokens_ptr + 1, prev.to(tokens_ptr.dtype.element_ty))
+    k = tl.arange(0, K)
+    r = tl.arange(0, R)
+    for i in tl.static_range(P - 1):
+        ids = tl.load(ids_ptr + i * K + k)
+        vals = tl.load(vals_ptr + i * K + k)
+        vp = tl.load(v_ptr + prev * R + r).to(tl.float32)
+        uc = tl.load(u_ptr + ids[:, None] * R + r[None, :]).to(tl.float32)
+        scores = vals + tl.sum(uc * vp[None, :], axis=1)
+        best = tl.max(scores, axis=0)
+        prev = tl.min(tl.where(scores == best, ids, 2**62), axis=0)
+        tl.store(drafts_ptr + 1 + i, prev)
+        tl.store(tokens_ptr + 2 + i, prev.to(tokens_ptr.dtype.element_ty))
     d = tl.arange(0, BLOCK_D)
     w = tl.load(conf_w_ptr + d, mask=d < D, other=0.0)
     a = tl.load(conf_a_ptr)
@@ -168,49 +188,10 @@ def _confidence(rmax_ptr, rsum_ptr, h_ptr, conf_w_ptr, conf_a_ptr, conf_b_ptr, t
     tl.store(depth_ptr, depth)
 
 
-@triton.jit
-def _markov_pass(ids_ptr, vals_ptr, fmax_ptr, fidx_ptr, u_ptr, v_ptr, drafts_ptr, tokens_ptr, s, NCH,
-                 P: tl.constexpr, K: tl.constexpr, R: tl.constexpr):
-    """The first draft from pass 1's chunk argmaxes, then each later draft in turn."""
-    fm = tl.load(fmax_ptr + s, mask=s < NCH, other=float("-inf"))
-    fi = tl.load(fidx_ptr + s, mask=s < NCH, other=2**62)
-    prev = tl.min(tl.where(fm == tl.max(fm, axis=0), fi, 2**62), axis=0)
-    tl.store(drafts_ptr, prev)
-    tl.store(tokens_ptr + 1, prev.to(tokens_ptr.dtype.element_ty))
-    k = tl.arange(0, K)
-    r = tl.arange(0, R)
-    for i in tl.static_range(P - 1):
-        ids = tl.load(ids_ptr + i * K + k)
-        vals = tl.load(vals_ptr + i * K + k)
-        vp = tl.load(v_ptr + prev * R + r).to(tl.float32)
-        uc = tl.load(u_ptr + ids[:, None] * R + r[None, :]).to(tl.float32)
-        scores = vals + tl.sum(uc * vp[None, :], axis=1)
-        best = tl.max(scores, axis=0)
-        prev = tl.min(tl.where(scores == best, ids, 2**62), axis=0)
-        tl.store(drafts_ptr + 1 + i, prev)
-        tl.store(tokens_ptr + 2 + i, prev.to(tokens_ptr.dtype.element_ty))
-
-
-@triton.jit
-def _head_final_kernel(ids_ptr, vals_ptr, fmax_ptr, fidx_ptr, rmax_ptr, rsum_ptr, h_ptr, u_ptr, v_ptr, conf_w_ptr, conf_a_ptr,
-                       conf_b_ptr, thr_ptr, drafts_ptr, conf_ptr, depth_ptr, tokens_ptr, NCH, D,
-                       P: tl.constexpr, K: tl.constexpr, R: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
-                       USE_PDL: tl.constexpr):
-    """Pass 3: program 0 the first draft and the Markov pass, program 1 the confidences and the depth."""
-    pdl_start(USE_PDL)
-    s = tl.arange(0, BLOCK_S)
-    if tl.program_id(0) == 1:
-        _confidence(rmax_ptr, rsum_ptr, h_ptr, conf_w_ptr, conf_a_ptr, conf_b_ptr, thr_ptr, conf_ptr, depth_ptr, s, NCH, D, P,
-                    BLOCK_S, BLOCK_D)
-    else:
-        _markov_pass(ids_ptr, vals_ptr, fmax_ptr, fidx_ptr, u_ptr, v_ptr, drafts_ptr, tokens_ptr, s, NCH, P, K, R)
-
-
 def draft_head_triton(base: torch.Tensor, h: torch.Tensor, last: torch.Tensor, u: torch.Tensor, v: torch.Tensor,
                       conf_w: torch.Tensor, conf_a: torch.Tensor, conf_b: torch.Tensor, threshold: torch.Tensor,
                       k: int, drafts: torch.Tensor, confidence: torch.Tensor, depth: torch.Tensor,
-                      tokens: torch.Tensor, bits: int | None = None) -> None:
-    bits = bits or HEAD_RADIX_BITS
+                      tokens: torch.Tensor) -> None:
     p, vocab = base.shape
     r = u.shape[1]
     dim = h.shape[1]
@@ -229,9 +210,9 @@ def draft_head_triton(base: torch.Tensor, h: torch.Tensor, last: torch.Tensor, u
     vals = torch.empty((p - 1, k), dtype=torch.float32, device=dev)
     pdl = pdl_args(base)
     _head_chunk_kernel[(nch, p)](base, u, v, last, rmax, rsum, fmax, fidx, cid, cval, vocab, nch,
-                                 R=r, K=k, CHUNK=HEAD_CHUNK, SUB=HEAD_SUB, BITS=bits, num_warps=8, **pdl)
+                                 R=r, K=k, CHUNK=HEAD_CHUNK, SUB=HEAD_SUB, num_warps=8, **pdl)
     _head_merge_kernel[(p - 1,)](cid, cval, ids, vals, vocab, nch, K=k, CHUNK=HEAD_CHUNK, BLOCK=triton.next_power_of_2(nch * k),
-                                 BITS=bits, num_warps=8, **pdl)
-    _head_final_kernel[(2,)](ids, vals, fmax, fidx, rmax, rsum, h, u, v, conf_w, conf_a, conf_b, threshold, drafts, confidence, depth,
+                                 num_warps=8, **pdl)
+    _head_final_kernel[(1,)](ids, vals, fmax, fidx, rmax, rsum, h, u, v, conf_w, conf_a, conf_b, threshold, drafts, confidence, depth,
                              tokens, nch, dim, P=p, K=k, R=r, BLOCK_S=triton.next_power_of_2(nch),
                              BLOCK_D=triton.next_power_of_2(dim), num_warps=4, **pdl)
