@@ -9,8 +9,8 @@ drafted tokens, their confidences and the depth the confidence picks.
 
 u = LM_head @ B and v = Embedding @ A^T are [V, r] tables precomputed from the Markov head's factors.
 
-On Triton it is three launches (it was ~20 torch kernels, 119 of the draft pass's 239 us on the H200:
-docs/perf.md, 2026-12-03):
+On Triton it is three launches, where it was ~20 torch kernels (with it the draft pass went from 237
+to 127 us on the H200: docs/perf.md, 2026-12-03):
 1. a grid of (vocabulary chunk, row) programs: each row's chunk max and sum of exponentials; for row 0
    the biased first-draft score's chunk argmax; for the later rows the chunk's K largest entries (a
    bisection on the K-th largest value: 32 counts over the chunk in registers, no sort);
@@ -29,6 +29,7 @@ import triton
 import triton.language as tl
 
 from kernels.common import pdl_args, pdl_start
+from kernels.greedy_commit import row_argmax
 
 HEAD_CHUNK = 2048  # vocabulary entries per program of pass 1
 HEAD_SUB = 128  # rows of u read at a time for the first draft's bias
@@ -150,9 +151,7 @@ def _head_final_kernel(ids_ptr, vals_ptr, fmax_ptr, fidx_ptr, rmax_ptr, rsum_ptr
     """Pass 3, one program: the first draft, the Markov pass, the confidences and the depth."""
     pdl_start(USE_PDL)
     s = tl.arange(0, BLOCK_S)
-    fm = tl.load(fmax_ptr + s, mask=s < NCH, other=float("-inf"))
-    fi = tl.load(fidx_ptr + s, mask=s < NCH, other=2**62)
-    prev = tl.min(tl.where(fm == tl.max(fm, axis=0), fi, 2**62), axis=0)
+    prev = row_argmax(fmax_ptr, fidx_ptr, 0, NCH, BLOCK_S)  # the first draft, from pass 1's chunk argmaxes
     tl.store(drafts_ptr, prev)
     tl.store(tokens_ptr + 1, prev.to(tokens_ptr.dtype.element_ty))
     k = tl.arange(0, K)

@@ -68,8 +68,9 @@ def _argmax_partial_kernel(logits_ptr, pmax_ptr, pidx_ptr, V, NCH, CHUNK: tl.con
 
 
 @triton.jit
-def _row_argmax(pmax_ptr, pidx_ptr, row, NCH, BLOCK_S: tl.constexpr):
-    """The row's argmax from its chunks' partials: the smallest index among the chunks holding the max."""
+def row_argmax(pmax_ptr, pidx_ptr, row, NCH, BLOCK_S: tl.constexpr):
+    """Row `row`'s argmax from its chunks' partials (max, first index): the smallest index among the chunks
+    holding the max, as torch.argmax picks. Also the drafter head's first draft (kernels/draft_head.py)."""
     s = tl.arange(0, BLOCK_S)
     vals = tl.load(pmax_ptr + row * NCH + s, mask=s < NCH, other=float("-inf"))
     idx = tl.load(pidx_ptr + row * NCH + s, mask=s < NCH, other=2**62)
@@ -88,7 +89,7 @@ def _greedy_commit_kernel(
     n = tl.load(state_ptr + 0)
     last = tl.load(tokens_ptr + 0).to(tl.int64)
     for i in range(0, M):
-        t = _row_argmax(pmax_ptr, pidx_ptr, i, NCH, BLOCK_S)
+        t = row_argmax(pmax_ptr, pidx_ptr, i, NCH, BLOCK_S)
         keep = i <= accepted
         tl.store(out_ptr + n + i, t.to(out_ptr.dtype.element_ty), mask=keep)
         last = tl.where(keep, t, last)

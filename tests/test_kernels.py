@@ -201,8 +201,9 @@ def test_greedy_commit_ties_go_to_the_first_index_across_chunks(vocab, gen):
         assert int(out[0]) == want == int(torch.argmax(logits[row]))
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("vocab,k", [(3000, 8), (5000, 64), (49152, 64)])
-def test_draft_head(vocab, k, gen):
+def test_draft_head(vocab, k, dtype, gen):
     """The drafter's head on Triton (three launches) against the torch path: the same drafts, depth
     and drafted token rows; confidences to rounding. vocab 3000 and 5000 end in a partial chunk."""
     from kernels.draft_head import draft_head_reference, draft_head_triton
@@ -210,8 +211,8 @@ def test_draft_head(vocab, k, gen):
     p, r, d = 6, 64, 96
     base = randn(p, vocab, g=gen) * 4
     h = randn(p, d, g=gen)
-    u = randn(vocab, r, g=gen, dtype=torch.bfloat16, scale=0.5)
-    v = randn(vocab, r, g=gen, dtype=torch.bfloat16, scale=0.5)
+    u = randn(vocab, r, g=gen, dtype=dtype, scale=0.5)  # the Markov tables: bf16 on the GPU, float32 on CPU
+    v = randn(vocab, r, g=gen, dtype=dtype, scale=0.5)
     conf_w = randn(d, g=gen, scale=0.05)
     conf_a, conf_b = torch.tensor(0.5, device=DEV), torch.tensor(1.5, device=DEV)
     last = torch.tensor([int(torch.randint(0, vocab, (1,), generator=gen))], device=DEV)
