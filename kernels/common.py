@@ -124,3 +124,75 @@ def l2_prefetch(ptr, n_bytes, LINES: tl.constexpr, USE_PDL: tl.constexpr):
         p = ptr.to(tl.pointer_type(tl.int8), bitcast=True) + off
         tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [p], dtype=tl.int32,
                                   is_pure=False, pack=1)
+
+
+# Split-K. At one row a step kernel's grid is its output tiles: 30-60 programs for the bundled model's
+# matrices on a 132-SM GPU, each walking the whole K dimension with a few loads in flight, so the walk's
+# latency, not the weights' bytes, sets the kernel's time. With SPLIT_K = S each tile's K walk is shared
+# by S programs (S times the grid, 1/S of the walk each). Each writes its float32 partial sums to
+# scratch and counts itself in its tile's counter; the program that counts last sums the S partials in
+# the fixed order 0..S-1 and runs the epilogue. The order never depends on which program came last nor
+# on how many rows share the step, so a row's result is still batch-invariant (it is not bit-identical
+# to S = 1: the sum is associated differently). S is fixed per weight shape (kernels/tuning.py).
+SPLIT_SCRATCH_FLOATS = 1 << 20  # partial sums of one launch (4 MB); launches on a stream run one at a time
+SPLIT_COUNTERS = 1 << 12  # tiles of one split launch, at most
+
+_split_scratch: dict[tuple[str, int | None], tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def split_scratch(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(partials float32, tile counters int32, all zero) of `device`, allocated once: the counters are
+    left at zero by every launch (its last program per tile resets its own), so a captured graph can
+    replay over them. Allocated on first use, which is never inside a capture (engine.graphs runs a
+    step for real first)."""
+    key = (device.type, device.index)
+    if key not in _split_scratch:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("split-K scratch must be allocated before a CUDA graph capture")
+        _split_scratch[key] = (torch.zeros(SPLIT_SCRATCH_FLOATS, dtype=torch.float32, device=device),
+                               torch.zeros(SPLIT_COUNTERS, dtype=torch.int32, device=device))
+    return _split_scratch[key]
+
+
+def split_fits(split_k: int, tiles: int, tile_floats: int) -> int:
+    """The split a launch of `tiles` output tiles of `tile_floats` partial floats each can use: split_k,
+    or 1 where the scratch is too small (a property of the shape, never of the rows)."""
+    if split_k > 1 and tiles <= SPLIT_COUNTERS and tiles * split_k * tile_floats <= SPLIT_SCRATCH_FLOATS:
+        return split_k
+    return 1
+
+
+@triton.jit
+def split_k_reduce(acc, acc2, ws_ptr, cnt_ptr, tile, s, SPLIT_K: tl.constexpr, TWO: tl.constexpr):
+    """Program `s` of tile `tile` hands in its partial sums (acc, and acc2 where TWO); returns
+    (sum of acc over the tile's SPLIT_K programs, the same of acc2, whether this program is the tile's
+    last). The sums are valid in the last program only; they are taken in the order 0..SPLIT_K-1.
+    Memory order as in kernels/persistent_step.py: every thread's stores, a CTA barrier, then one
+    acq_rel add at GPU scope; the last program reads the others' partials from L2 (".cg")."""
+    R: tl.constexpr = acc.shape[0]
+    C: tl.constexpr = acc.shape[1]
+    SLOT: tl.constexpr = R * C * (2 if TWO else 1)
+    off = tl.arange(0, R)[:, None] * C + tl.arange(0, C)[None, :]
+    base = ws_ptr + tile.to(tl.int64) * (SPLIT_K * SLOT)
+    tl.store(base + s * SLOT + off, acc)
+    if TWO:
+        tl.store(base + s * SLOT + R * C + off, acc2)
+    tl.debug_barrier()
+    done = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu")
+    tl.debug_barrier()
+    last = done == SPLIT_K - 1
+    total = tl.zeros([R, C], dtype=tl.float32)
+    total2 = tl.zeros([R, C], dtype=tl.float32)
+    if last:
+        for j in tl.static_range(SPLIT_K):
+            total += tl.load(base + j * SLOT + off, cache_modifier=".cg")
+            if TWO:
+                total2 += tl.load(base + j * SLOT + R * C + off, cache_modifier=".cg")
+        tl.atomic_xchg(cnt_ptr + tile, 0)
+    return total, total2, last
+
+
+def split_range(k: int, block_k: int, split_k: int) -> int:
+    """K elements per split program: whole BLOCK_K steps, the steps shared out as evenly as they go."""
+    steps = -(-k // block_k)
+    return -(-steps // split_k) * block_k

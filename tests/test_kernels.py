@@ -304,3 +304,68 @@ def test_early_epilogue_loads_compute_the_same_bits(monkeypatch, gen):
                      qkv_rope_triton(x, nw, wqkv, bqkv, None, None, cos, sin, pos, caches[0], caches[1], heads, kvh, 1e-6),
                      caches[0], caches[1]])
     assert all(torch.equal(a, c) for a, c in zip(*runs))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("split_k", [2, 3])
+@pytest.mark.parametrize("variant", ["swiglu", "norm+residual", "bias"])
+def test_fused_linear_split_k(dtype, split_k, variant, gen):
+    """Split-K (kernels/common.py): each tile's K walk shared by split_k programs, the last of them
+    summing the partials in a fixed order. Against the reference; a row's result bit-identical alone
+    and beside other rows (DSpark's losslessness); the tile counters left at zero for the next launch.
+    K = 200 in steps of 64 is 4 steps: with 3 programs one of them has a single step."""
+    from kernels.common import split_scratch
+
+    m, k, n = 7, 200, 72
+    x = randn(m, k, g=gen)
+    w = randn(n, k, g=gen, dtype=dtype, scale=k**-0.5)
+    kw = {"norm_weight": randn(k, g=gen) * 0.1 + 1.0} if variant != "bias" else {"bias": randn(n, g=gen, dtype=dtype)}
+    if variant == "swiglu":
+        kw["up_weight"] = randn(n, k, g=gen, dtype=dtype, scale=k**-0.5)
+    if variant == "norm+residual":
+        kw["residual"] = randn(m, n, g=gen)
+    kind = "swiglu" if variant == "swiglu" else "linear"
+    want = fused_linear_reference(x, w, out_dtype=torch.float32, **kw)
+    with tuning.override(kind, block_n=16, block_k=64, split_k=split_k):
+        together = fused_linear_triton(x, w, out=torch.full((m, n), float("nan"), device=DEV), **kw)
+        assert rel_err(together, want) < bound(dtype)
+        for r in range(m):
+            one = {key: (v[r : r + 1] if key == "residual" else v) for key, v in kw.items()}
+            assert torch.equal(fused_linear_triton(x[r : r + 1], w, out_dtype=torch.float32, **one)[0], together[r])
+    assert int(split_scratch(torch.device(DEV))[1].count_nonzero()) == 0
+
+
+@pytest.mark.parametrize("split_k", [2, 4])
+@pytest.mark.parametrize("qk_norm,bias,block_n", [(False, False, 16), (True, True, 0)])
+def test_qkv_rope_split_k(split_k, qk_norm, bias, block_n, gen):
+    """qkv_rope with split-K: the last program of a tile runs the bias, per-head norm, RoPE and the
+    stores on the summed partials. Against the reference, rows batch-invariant (queries and the cache
+    rows they write), counters left at zero."""
+    from kernels.common import split_scratch
+
+    heads, kv_heads, head_dim, m, d, cap = 4, 2, 64, 5, 192, 37
+    x = randn(m, d, g=gen)
+    nw = randn(d, g=gen) * 0.1 + 1.0
+    rows = (heads + 2 * kv_heads) * head_dim
+    w = randn(rows, d, g=gen, dtype=torch.bfloat16, scale=d**-0.5)
+    b = randn(rows, g=gen, dtype=torch.bfloat16, scale=0.1) if bias else None
+    qn = randn(head_dim, g=gen) * 0.1 + 1.0 if qk_norm else None
+    kn = randn(head_dim, g=gen) * 0.1 + 1.0 if qk_norm else None
+    cos, sin = rope_tables(head_dim, 10000.0, RopeScaling(), cap, DEV)
+    pos = torch.randperm(cap, generator=gen)[:m].to(DEV, torch.int32)
+    cache = [randn(kv_heads, cap, head_dim, g=gen, dtype=torch.bfloat16) for _ in range(2)]
+    ref = [t.clone() for t in cache]
+    q1 = qkv_rope_reference(x, nw, w, b, qn, kn, cos, sin, pos.long(), ref[0], ref[1], heads, kv_heads, 1e-6)
+    with tuning.override("qkv", block_n=block_n, block_k=64, split_k=split_k):
+        got = [t.clone() for t in cache]
+        q2 = qkv_rope_triton(x, nw, w, b, qn, kn, cos, sin, pos, got[0], got[1], heads, kv_heads, 1e-6)
+        assert rel_err(q2, q1) < bound(torch.bfloat16)
+        assert rel_err(got[0], ref[0]) < bound(torch.bfloat16) and rel_err(got[1], ref[1]) < bound(torch.bfloat16)
+        for r in range(m):
+            alone = [t.clone() for t in cache]
+            qa = qkv_rope_triton(x[r : r + 1], nw, w, b, qn, kn, cos, sin, pos[r : r + 1], alone[0], alone[1], heads,
+                                 kv_heads, 1e-6)
+            assert torch.equal(qa[0], q2[r])
+            p = int(pos[r])
+            assert torch.equal(alone[0][:, p], got[0][:, p]) and torch.equal(alone[1][:, p], got[1][:, p])
+    assert int(split_scratch(torch.device(DEV))[1].count_nonzero()) == 0
