@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 
 _ROOT = Path(__file__).resolve().parents[1]
@@ -38,8 +38,6 @@ def _args():
                     "kernels.tuning.TABLE first (a sweep's best_table line)")
     ap.add_argument("--breakdown", action="store_true",
                     help="also each step kernel alone: one launch per layer in one graph, microseconds per launch")
-    ap.add_argument("--split", action="store_true",
-                    help="with --sweep: the split-K candidates (SPLIT_CANDIDATES) instead of the tile shapes")
     ap.add_argument("--kinds", default=None, help="with --sweep: only these kernels (comma-separated names of SHAPES)")
     ap.add_argument("--prefetch-off", action="store_true", help="also every figure with DSPARK_L2_PREFETCH=0")
     return ap.parse_args()
@@ -73,22 +71,6 @@ CANDIDATES = {
     "attn": [LC(block_n=0, block_k=bk, num_warps=w, num_stages=s) for bk in (32, 64) for w, s in ((2, 2), (4, 2), (2, 3))],
     "lm_head": [LC(block_n=bn, block_k=bk, num_warps=w, num_stages=3) for bn in (64, 128, 256) for bk in (64, 128)
                 for w in (4, 8)],
-}
-
-
-def _splits(kind: str, *variants: tuple[dict, tuple[int, ...]]) -> list:
-    """Split-K candidates of one kernel: the table's configuration with each (fields, splits) variant."""
-    base = tuning.config_for(*SHAPES[kind])
-    return [replace(base, split_k=sk, **fields) for fields, splits in variants for sk in splits]
-
-
-# Split-K (kernels/common.py): K steps per shape in brackets; a split that divides them evenly first
-SPLIT_CANDIDATES = {
-    "qkv": _splits("qkv", ({}, (2, 3, 5)), ({"block_k": 64}, (3, 9)), ({"block_n": 0}, (2, 4)),
-                   ({"block_n": 0, "block_k": 64}, (3, 9))),  # 128: [5], 64: [9]
-    "o_proj": _splits("o_proj", ({}, (3, 9)), ({"block_k": 128}, (2, 5)), ({"block_k": 32}, (6, 9))),  # 64: [9]
-    "gate_up": _splits("gate_up", ({}, (3, 9)), ({"block_n": 16}, (3, 9)), ({"block_k": 128}, (2, 5))),  # 64: [9]
-    "down": _splits("down", ({}, (2, 3, 6)), ({"block_k": 128}, (4, 6, 12)), ({"block_k": 64}, (12, 24))),  # 256: [6]
 }
 
 
@@ -172,7 +154,7 @@ def main() -> int:
     for name, shape in SHAPES.items():
         if ARGS.kinds and name not in ARGS.kinds.split(","):
             continue
-        for cand in (SPLIT_CANDIDATES if ARGS.split else CANDIDATES).get(name, []):
+        for cand in CANDIDATES[name]:
             if cand == tuning.config_for(*shape):
                 continue
             old = tuning.TABLE.get(shape)

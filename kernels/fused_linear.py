@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 
 from kernels.common import (UPCAST_DOT, l2_prefetch, latency_bound, mma, pdl_args, pdl_start, prefetch_lines, prefetch_on,
-                            split_fits, split_k_reduce, split_range, split_scratch, unroll_norm)
+                            unroll_norm)
 
 from kernels.rmsnorm import rmsnorm_reference
 from kernels.tuning import config_for
@@ -58,20 +58,6 @@ def linear_prefetch(pid, w_ptr, up_ptr, N, K, SWIGLU: tl.constexpr, BLOCK_N: tl.
     l2_prefetch(w_ptr + pid * BLOCK_N * K, n_rows * K * ELEM_BYTES, PREFETCH_LINES, USE_PDL)
     if SWIGLU:
         l2_prefetch(up_ptr + pid * BLOCK_N * K, n_rows * K * ELEM_BYTES, PREFETCH_LINES, USE_PDL)
-
-
-@triton.jit
-def split_prefetch(tile, k_lo, w_ptr, up_ptr, N, K, SWIGLU: tl.constexpr, BLOCK_N: tl.constexpr, K_PER: tl.constexpr,
-                   PREFETCH_LINES: tl.constexpr, ELEM_BYTES: tl.constexpr, USE_PDL: tl.constexpr):
-    """Ask L2 for a split program's share of its tile's weights: the tile's rows are one contiguous
-    range, and program s asks for the s-th K_PER/K of it (the tile's programs together ask for all)."""
-    n_rows = tl.minimum(N - tile * BLOCK_N, BLOCK_N)
-    total = n_rows * K * ELEM_BYTES
-    lo = tl.minimum(k_lo * n_rows * ELEM_BYTES, total - 1)
-    n = tl.minimum(K_PER * n_rows * ELEM_BYTES, total - lo)
-    l2_prefetch(w_ptr + tile * BLOCK_N * K + lo // ELEM_BYTES, n, PREFETCH_LINES, USE_PDL)
-    if SWIGLU:
-        l2_prefetch(up_ptr + tile * BLOCK_N * K + lo // ELEM_BYTES, n, PREFETCH_LINES, USE_PDL)
 
 
 @triton.jit
@@ -121,91 +107,55 @@ def _linear_k_block(acc, acc_up, kk, x_ptr, x_stride, rm, m_mask, rstd, norm_ptr
 
 
 @triton.jit
-def linear_partial(
-    pid, x_ptr, x_stride, norm_ptr, w_ptr, up_ptr, M, N, K, k_lo, k_hi, eps,
-    HAS_NORM: tl.constexpr, SWIGLU: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr, BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, CACHE: tl.constexpr, UNROLL_NORM: tl.constexpr,
-):
-    """Output tile `pid`'s product over the K range [k_lo, k_hi) (a multiple of BLOCK_K apart), float32,
-    before any epilogue: (acc, acc_up). With a norm, rstd comes from one pass over all of x, before the
-    product. (Gathering the squares inside the product's K walk instead, elementwise, saves that pass on
-    the bundled shape but holds a [BLOCK_M, BLOCK_K] fp32 tile through the walk: the 1B guard shape
-    decoded 23 % slower with it, docs/perf.md, 2026-12-02 third session.)"""
-    rm = tl.arange(0, BLOCK_M)
-    rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
-    rk = tl.arange(0, BLOCK_K)
-    m_mask = rm < M
-    n_mask = rn < N
-    rstd = tl.zeros([BLOCK_M], dtype=tl.float32)
-    if HAS_NORM:
-        rstd = row_rstd(x_ptr, x_stride, rm, m_mask, K, eps, BLOCK_M, BLOCK_K, CACHE, UNROLL_NORM)
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for k0 in range(k_lo, k_hi, BLOCK_K):
-        acc, acc_up = _linear_k_block(acc, acc_up, k0 + rk, x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, up_ptr,
-                                      rn, n_mask, K, HAS_NORM, SWIGLU, IEEE, UPCAST, CACHE)
-    return acc, acc_up
-
-
-@triton.jit
-def linear_epilogue(acc, acc_up, pid, bias_ptr, res_ptr, res_stride, M, N, HAS_RES: tl.constexpr,
-                    HAS_BIAS: tl.constexpr, SWIGLU: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                    CACHE: tl.constexpr):
-    """The bias, SwiGLU and residual of output tile `pid`, its operands loaded now (after the K walk)."""
-    rm = tl.arange(0, BLOCK_M)
-    rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
-    m_mask = rm < M
-    n_mask = rn < N
-    if HAS_BIAS:
-        bias = tl.load(bias_ptr + rn, mask=n_mask, other=0.0).to(tl.float32)
-        acc += bias[None, :]
-    if SWIGLU:
-        acc = acc / (1.0 + tl.exp(-acc)) * acc_up
-    if HAS_RES:
-        res = tl.load(res_ptr + rm[:, None] * res_stride + rn[None, :], mask=m_mask[:, None] & n_mask[None, :],
-                      other=0.0, cache_modifier=CACHE).to(tl.float32)
-        acc += res
-    return acc
-
-
-@triton.jit
 def linear_tile(
     pid, x_ptr, x_stride, norm_ptr, w_ptr, up_ptr, bias_ptr, res_ptr, res_stride, M, N, K, eps,
     HAS_NORM: tl.constexpr, SWIGLU: tl.constexpr, HAS_RES: tl.constexpr, HAS_BIAS: tl.constexpr,
     IEEE: tl.constexpr, UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     CACHE: tl.constexpr, UNROLL_NORM: tl.constexpr, EARLY: tl.constexpr,
 ):
-    """Output tile `pid` (BLOCK_N columns, every row) of the fused op, float32, the whole K walk in this
-    program. CACHE is the load cache modifier of x and the residual: ".cg" (L2 only) where another
-    program of the same launch wrote them (kernels/persistent_step.py), "" otherwise. UNROLL_NORM: see
-    row_rstd. EARLY: the residual and bias are loaded before the K walk (their latency overlaps it), for
-    latency-bound shapes only (common.latency_bound). The same values are added at the same point, and
-    the interpreter gives the same bits; compiled for the H200 the rounding differs slightly: with it,
-    the bot's AR streams left the previous main's after 6-84 tokens, KL 0.0002, as they did with the
-    ungated version alone (docs/perf.md, 2026-12-02 fourth and sixth sessions). Within one build a
-    row's result still never depends on how many rows share the step."""
+    """Output tile `pid` (BLOCK_N columns, every row) of the fused op, float32. CACHE is the load cache
+    modifier of x and the residual: ".cg" (L2 only) where another program of the same launch wrote them
+    (kernels/persistent_step.py), "" otherwise. UNROLL_NORM: see row_rstd. EARLY: the
+    residual and bias are loaded before the K walk (their latency overlaps it), for latency-bound shapes
+    only (common.latency_bound). The same values are added at the same point, and the interpreter gives
+    the same bits; compiled for the H200 the rounding differs slightly: with it, the bot's AR streams
+    left the previous main's after 6-84 tokens, KL 0.0002, as they did with the ungated version alone
+    (docs/perf.md, 2026-12-02 fourth and sixth sessions). Within
+    one build a row's result still never depends on how many rows share the step."""
+    rm = tl.arange(0, BLOCK_M)
+    rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    m_mask = rm < M
+    n_mask = rn < N
+    # RMSNorm: rstd per row from one pass over x, before the product. (Gathering the squares inside the
+    # product's K walk instead, elementwise, saves that pass on the bundled shape but holds a
+    # [BLOCK_M, BLOCK_K] fp32 tile through the walk: the 1B guard shape decoded 23 % slower with it,
+    # docs/perf.md, 2026-12-02 third session.)
     if EARLY:
-        rm = tl.arange(0, BLOCK_M)
-        rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
-        m_mask = rm < M
-        n_mask = rn < N
         if HAS_RES:
             res = tl.load(res_ptr + rm[:, None] * res_stride + rn[None, :], mask=m_mask[:, None] & n_mask[None, :],
                           other=0.0, cache_modifier=CACHE).to(tl.float32)
         if HAS_BIAS:
             bias = tl.load(bias_ptr + rn, mask=n_mask, other=0.0).to(tl.float32)
-    acc, acc_up = linear_partial(pid, x_ptr, x_stride, norm_ptr, w_ptr, up_ptr, M, N, K, 0, K, eps, HAS_NORM, SWIGLU,
-                                 IEEE, UPCAST, BLOCK_M, BLOCK_N, BLOCK_K, CACHE, UNROLL_NORM)
-    if EARLY:
-        if HAS_BIAS:
-            acc += bias[None, :]
-        if SWIGLU:
-            acc = acc / (1.0 + tl.exp(-acc)) * acc_up
-        if HAS_RES:
-            acc += res
-    else:
-        acc = linear_epilogue(acc, acc_up, pid, bias_ptr, res_ptr, res_stride, M, N, HAS_RES, HAS_BIAS, SWIGLU,
-                              BLOCK_M, BLOCK_N, CACHE)
+    rstd = tl.zeros([BLOCK_M], dtype=tl.float32)
+    if HAS_NORM:
+        rstd = row_rstd(x_ptr, x_stride, rm, m_mask, K, eps, BLOCK_M, BLOCK_K, CACHE, UNROLL_NORM)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        acc, acc_up = _linear_k_block(acc, acc_up, k0 + rk, x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, up_ptr,
+                                      rn, n_mask, K, HAS_NORM, SWIGLU, IEEE, UPCAST, CACHE)
+    if HAS_BIAS:
+        if not EARLY:
+            bias = tl.load(bias_ptr + rn, mask=n_mask, other=0.0).to(tl.float32)
+        acc += bias[None, :]
+    if SWIGLU:
+        acc = acc / (1.0 + tl.exp(-acc)) * acc_up
+    if HAS_RES:
+        if not EARLY:
+            res = tl.load(res_ptr + rm[:, None] * res_stride + rn[None, :], mask=m_mask[:, None] & n_mask[None, :],
+                          other=0.0, cache_modifier=CACHE).to(tl.float32)
+        acc += res
     return acc
 
 
@@ -218,37 +168,20 @@ def store_tile(out_ptr, out_stride, acc, pid, M, N, BLOCK_M: tl.constexpr, BLOCK
 
 @triton.jit(do_not_specialize=["M"])
 def _fused_linear_kernel(
-    x_ptr, x_stride, norm_ptr, w_ptr, up_ptr, bias_ptr, res_ptr, res_stride, out_ptr, out_stride, ws_ptr, cnt_ptr,
+    x_ptr, x_stride, norm_ptr, w_ptr, up_ptr, bias_ptr, res_ptr, res_stride, out_ptr, out_stride,
     M, N, K, eps,
     HAS_NORM: tl.constexpr, SWIGLU: tl.constexpr, HAS_RES: tl.constexpr, HAS_BIAS: tl.constexpr,
     IEEE: tl.constexpr, UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     PREFETCH_LINES: tl.constexpr, ELEM_BYTES: tl.constexpr, USE_PDL: tl.constexpr, UNROLL_NORM: tl.constexpr,
-    EARLY: tl.constexpr, SPLIT_K: tl.constexpr, K_PER: tl.constexpr,
+    EARLY: tl.constexpr,
 ):
     pid = tl.program_id(0)
-    if SPLIT_K == 1:
-        if PREFETCH_LINES > 0:
-            linear_prefetch(pid, w_ptr, up_ptr, N, K, SWIGLU, BLOCK_N, PREFETCH_LINES, ELEM_BYTES, USE_PDL)
-        pdl_start(USE_PDL)
-        acc = linear_tile(pid, x_ptr, x_stride, norm_ptr, w_ptr, up_ptr, bias_ptr, res_ptr, res_stride, M, N, K, eps,
-                          HAS_NORM, SWIGLU, HAS_RES, HAS_BIAS, IEEE, UPCAST, BLOCK_M, BLOCK_N, BLOCK_K, "", UNROLL_NORM,
-                          EARLY)
-        store_tile(out_ptr, out_stride, acc, pid, M, N, BLOCK_M, BLOCK_N)
-    else:
-        tile = pid // SPLIT_K
-        s = pid % SPLIT_K
-        k_lo = s * K_PER
-        if PREFETCH_LINES > 0:
-            split_prefetch(tile, k_lo, w_ptr, up_ptr, N, K, SWIGLU, BLOCK_N, K_PER, PREFETCH_LINES, ELEM_BYTES, USE_PDL)
-        pdl_start(USE_PDL)
-        acc, acc_up = linear_partial(tile, x_ptr, x_stride, norm_ptr, w_ptr, up_ptr, M, N, K, k_lo,
-                                     tl.minimum(k_lo + K_PER, K), eps, HAS_NORM, SWIGLU, IEEE, UPCAST, BLOCK_M, BLOCK_N,
-                                     BLOCK_K, "", UNROLL_NORM)
-        acc, acc_up, last = split_k_reduce(acc, acc_up, ws_ptr, cnt_ptr, tile, s, SPLIT_K, SWIGLU)
-        if last:
-            acc = linear_epilogue(acc, acc_up, tile, bias_ptr, res_ptr, res_stride, M, N, HAS_RES, HAS_BIAS, SWIGLU,
-                                  BLOCK_M, BLOCK_N, "")
-            store_tile(out_ptr, out_stride, acc, tile, M, N, BLOCK_M, BLOCK_N)
+    if PREFETCH_LINES > 0:
+        linear_prefetch(pid, w_ptr, up_ptr, N, K, SWIGLU, BLOCK_N, PREFETCH_LINES, ELEM_BYTES, USE_PDL)
+    pdl_start(USE_PDL)
+    acc = linear_tile(pid, x_ptr, x_stride, norm_ptr, w_ptr, up_ptr, bias_ptr, res_ptr, res_stride, M, N, K, eps,
+                      HAS_NORM, SWIGLU, HAS_RES, HAS_BIAS, IEEE, UPCAST, BLOCK_M, BLOCK_N, BLOCK_K, "", UNROLL_NORM, EARLY)
+    store_tile(out_ptr, out_stride, acc, pid, M, N, BLOCK_M, BLOCK_N)
 
 
 def fused_linear_triton(
@@ -276,22 +209,17 @@ def fused_linear_triton(
     cfg = config_for(kind, n, k)
     dummy = weight
     pdl = pdl_args(x)
-    tiles = triton.cdiv(n, cfg.block_n)
-    split = split_fits(cfg.split_k, tiles, BLOCK_M * cfg.block_n * (2 if up_weight is not None else 1))
-    k_per = split_range(k, cfg.block_k, split)
-    ws, cnt = split_scratch(x.device) if split > 1 else (out, out)
     # only where the kernel is latency-bound (common.PREFETCH_MAX_BYTES): never the LM head
-    tile_bytes = cfg.block_n * (k_per if split > 1 else k) * weight.element_size()
-    lines = prefetch_lines(tile_bytes) if prefetch_on(pdl, weight.nbytes * (2 if up_weight is not None else 1)) else 0
-    _fused_linear_kernel[(tiles * split,)](
+    lines = prefetch_lines(cfg.block_n * k * weight.element_size()) if prefetch_on(pdl, weight.nbytes * (2 if up_weight is not None else 1)) else 0
+    _fused_linear_kernel[(triton.cdiv(n, cfg.block_n),)](
         x, x.stride(0), norm_weight if norm_weight is not None else dummy, weight,
         up_weight if up_weight is not None else dummy, bias if bias is not None else dummy,
         residual if residual is not None else out, residual.stride(0) if residual is not None else 0,
-        out, out.stride(0), ws, cnt, m, n, k, eps,
+        out, out.stride(0), m, n, k, eps,
         HAS_NORM=norm_weight is not None, SWIGLU=up_weight is not None, HAS_RES=residual is not None,
         HAS_BIAS=bias is not None, UPCAST=UPCAST_DOT, IEEE=weight.dtype == torch.float32,
         BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         PREFETCH_LINES=lines, ELEM_BYTES=weight.element_size(), UNROLL_NORM=unroll_norm(k, cfg.block_k),
-        EARLY=latency_bound(weight.nbytes * (2 if up_weight is not None else 1)), SPLIT_K=split, K_PER=k_per, **pdl,
+        EARLY=latency_bound(weight.nbytes * (2 if up_weight is not None else 1)), **pdl,
     )
     return out

@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 
 from kernels.common import (UPCAST_DOT, l2_prefetch, latency_bound, mma, pdl_args, pdl_start, prefetch_lines, prefetch_on,
-                            split_fits, split_k_reduce, split_range, split_scratch, unroll_norm)
+                            unroll_norm)
 
 from kernels.fused_linear import BLOCK_M, row_rstd
 from kernels.rmsnorm import rmsnorm_reference
@@ -80,22 +80,6 @@ def qkv_prefetch(pid, w_ptr, K, HD: tl.constexpr, SUB: tl.constexpr, PREFETCH_LI
 
 
 @triton.jit
-def qkv_split_prefetch(tile, k_lo, w_ptr, K, HD: tl.constexpr, SUB: tl.constexpr, K_PER: tl.constexpr,
-                       PREFETCH_LINES: tl.constexpr, ELEM_BYTES: tl.constexpr, USE_PDL: tl.constexpr):
-    """A split program's share of its tile's weight rows, per rotate-half half (see qkv_prefetch and
-    fused_linear.split_prefetch)."""
-    HALF: tl.constexpr = HD // 2
-    HB: tl.constexpr = HALF // SUB
-    row0 = (tile // SUB) * HD
-    part = tile % SUB
-    total = HB * K * ELEM_BYTES
-    lo = tl.minimum(k_lo * HB * ELEM_BYTES, total - 1)
-    n = tl.minimum(K_PER * HB * ELEM_BYTES, total - lo)
-    l2_prefetch(w_ptr + (row0 + part * HB) * K + lo // ELEM_BYTES, n, PREFETCH_LINES, USE_PDL)
-    l2_prefetch(w_ptr + (row0 + HALF + part * HB) * K + lo // ELEM_BYTES, n, PREFETCH_LINES, USE_PDL)
-
-
-@triton.jit
 def _qkv_k_block(acc1, acc2, kk, x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, row0, rh, K, HALF: tl.constexpr,
                  IEEE: tl.constexpr, UPCAST: tl.constexpr, CACHE: tl.constexpr):
     """One BLOCK_K step of the K walk: both rotate-half halves of a head."""
@@ -110,41 +94,41 @@ def _qkv_k_block(acc1, acc2, kk, x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_
 
 
 @triton.jit
-def qkv_partial(pid, x_ptr, x_stride, norm_ptr, w_ptr, M, K, k_lo, k_hi, eps, HD: tl.constexpr, IEEE: tl.constexpr,
-                UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, SUB: tl.constexpr,
-                CACHE: tl.constexpr, UNROLL_NORM: tl.constexpr):
-    """Program `pid`'s product over the K range [k_lo, k_hi), both rotate-half halves: (acc1, acc2).
-    RMSNorm's rstd first, from one pass over all of x (see fused_linear.py for why not inside the K walk)."""
-    HALF: tl.constexpr = HD // 2
-    HB: tl.constexpr = HALF // SUB
-    row0 = (pid // SUB) * HD
-    rm = tl.arange(0, BLOCK_M)
-    rh = (pid % SUB) * HB + tl.arange(0, HB)
-    rk = tl.arange(0, BLOCK_K)
-    m_mask = rm < M
-    rstd = row_rstd(x_ptr, x_stride, rm, m_mask, K, eps, BLOCK_M, BLOCK_K, CACHE, UNROLL_NORM)
-    acc1 = tl.zeros([BLOCK_M, HB], dtype=tl.float32)
-    acc2 = tl.zeros([BLOCK_M, HB], dtype=tl.float32)
-    for k0 in range(k_lo, k_hi, BLOCK_K):
-        acc1, acc2 = _qkv_k_block(acc1, acc2, k0 + rk, x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, row0, rh, K,
-                                  HALF, IEEE, UPCAST, CACHE)
-    return acc1, acc2
-
-
-@triton.jit
-def qkv_epilogue(acc1, acc2, pid, b_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_cache_ptr, v_cache_ptr,
-                 cache_head_stride, M, eps, H, KVH, HD: tl.constexpr, HAS_BIAS: tl.constexpr,
-                 HAS_QKNORM: tl.constexpr, BLOCK_M: tl.constexpr, SUB: tl.constexpr, EARLY: tl.constexpr,
-                 b1, b2, pos, c, s):
-    """Bias, the per-head norm, RoPE and the stores of program `pid`'s product. EARLY: b1, b2, pos, c and
-    s were loaded before the K walk (qkv_epilogue_operands); otherwise they are loaded here."""
+def qkv_rope_tile(
+    pid, x_ptr, x_stride, norm_ptr, w_ptr, b_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr,
+    q_ptr, k_cache_ptr, v_cache_ptr, cache_head_stride,
+    M, K, eps, H, KVH,
+    HD: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_QKNORM: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, SUB: tl.constexpr, CACHE: tl.constexpr, UNROLL_NORM: tl.constexpr,
+    EARLY: tl.constexpr,
+):
+    """Program `pid` = (head, part): SUB programs per head, part p owning the columns [p*HB, (p+1)*HB) of
+    each rotate-half half (HB = HD/2/SUB), so RoPE's pairs (i, i + HD/2) stay in one program. CACHE: the
+    load cache modifier of x, UNROLL_NORM the norm's pass unrolled or not, EARLY the positions, RoPE angles
+    and bias loaded before the K walk (see fused_linear.linear_tile)."""
     HALF: tl.constexpr = HD // 2
     HB: tl.constexpr = HALF // SUB
     head = pid // SUB
+    part = pid % SUB
     row0 = head * HD
     rm = tl.arange(0, BLOCK_M)
-    rh = (pid % SUB) * HB + tl.arange(0, HB)
+    rh = part * HB + tl.arange(0, HB)
+    rk = tl.arange(0, BLOCK_K)
     m_mask = rm < M
+    if EARLY:
+        pos = tl.load(pos_ptr + rm, mask=m_mask, other=0)
+        c = tl.load(cos_ptr + pos[:, None] * HALF + rh[None, :], mask=m_mask[:, None], other=0.0)
+        s = tl.load(sin_ptr + pos[:, None] * HALF + rh[None, :], mask=m_mask[:, None], other=0.0)
+        if HAS_BIAS:
+            b1 = tl.load(b_ptr + row0 + rh).to(tl.float32)
+            b2 = tl.load(b_ptr + row0 + HALF + rh).to(tl.float32)
+    # RMSNorm's rstd first, from one pass over x (see fused_linear.py for why not inside the K walk)
+    rstd = row_rstd(x_ptr, x_stride, rm, m_mask, K, eps, BLOCK_M, BLOCK_K, CACHE, UNROLL_NORM)
+    acc1 = tl.zeros([BLOCK_M, HB], dtype=tl.float32)
+    acc2 = tl.zeros([BLOCK_M, HB], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        acc1, acc2 = _qkv_k_block(acc1, acc2, k0 + rk, x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, row0, rh, K,
+                                  HALF, IEEE, UPCAST, CACHE)
     if HAS_BIAS:
         if not EARLY:
             b1 = tl.load(b_ptr + row0 + rh).to(tl.float32)
@@ -187,78 +171,22 @@ def qkv_epilogue(acc1, acc2, pid, b_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_p
         tl.store(base + HALF, o2.to(k_cache_ptr.dtype.element_ty), mask=mask2)
 
 
-@triton.jit
-def qkv_rope_tile(
-    pid, x_ptr, x_stride, norm_ptr, w_ptr, b_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr,
-    q_ptr, k_cache_ptr, v_cache_ptr, cache_head_stride,
-    M, K, eps, H, KVH,
-    HD: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_QKNORM: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, SUB: tl.constexpr, CACHE: tl.constexpr, UNROLL_NORM: tl.constexpr,
-    EARLY: tl.constexpr,
-):
-    """Program `pid` = (head, part): SUB programs per head, part p owning the columns [p*HB, (p+1)*HB) of
-    each rotate-half half (HB = HD/2/SUB), so RoPE's pairs (i, i + HD/2) stay in one program; the whole
-    K walk in this program. CACHE: the load cache modifier of x, UNROLL_NORM the norm's pass unrolled or
-    not, EARLY the positions, RoPE angles and bias loaded before the K walk (see fused_linear.linear_tile)."""
-    HALF: tl.constexpr = HD // 2
-    HB: tl.constexpr = HALF // SUB
-    row0 = (pid // SUB) * HD
-    rm = tl.arange(0, BLOCK_M)
-    rh = (pid % SUB) * HB + tl.arange(0, HB)
-    m_mask = rm < M
-    b1 = tl.zeros([HB], dtype=tl.float32)
-    b2 = tl.zeros([HB], dtype=tl.float32)
-    pos = tl.zeros([BLOCK_M], dtype=tl.int32)
-    c = tl.zeros([BLOCK_M, HB], dtype=cos_ptr.dtype.element_ty)
-    s = tl.zeros([BLOCK_M, HB], dtype=sin_ptr.dtype.element_ty)
-    if EARLY:
-        pos = tl.load(pos_ptr + rm, mask=m_mask, other=0)
-        c = tl.load(cos_ptr + pos[:, None] * HALF + rh[None, :], mask=m_mask[:, None], other=0.0)
-        s = tl.load(sin_ptr + pos[:, None] * HALF + rh[None, :], mask=m_mask[:, None], other=0.0)
-        if HAS_BIAS:
-            b1 = tl.load(b_ptr + row0 + rh).to(tl.float32)
-            b2 = tl.load(b_ptr + row0 + HALF + rh).to(tl.float32)
-    acc1, acc2 = qkv_partial(pid, x_ptr, x_stride, norm_ptr, w_ptr, M, K, 0, K, eps, HD, IEEE, UPCAST, BLOCK_M, BLOCK_K,
-                             SUB, CACHE, UNROLL_NORM)
-    qkv_epilogue(acc1, acc2, pid, b_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_cache_ptr, v_cache_ptr,
-                 cache_head_stride, M, eps, H, KVH, HD, HAS_BIAS, HAS_QKNORM, BLOCK_M, SUB, EARLY, b1, b2, pos, c, s)
-
-
 @triton.jit(do_not_specialize=["M"])
 def _qkv_rope_kernel(
     x_ptr, x_stride, norm_ptr, w_ptr, b_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr,
-    q_ptr, k_cache_ptr, v_cache_ptr, cache_head_stride, ws_ptr, cnt_ptr,
+    q_ptr, k_cache_ptr, v_cache_ptr, cache_head_stride,
     M, K, eps, H, KVH,
     HD: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_QKNORM: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, SUB: tl.constexpr, PREFETCH_LINES: tl.constexpr,
     ELEM_BYTES: tl.constexpr, USE_PDL: tl.constexpr, UNROLL_NORM: tl.constexpr, EARLY: tl.constexpr,
-    SPLIT_K: tl.constexpr, K_PER: tl.constexpr,
 ):
     pid = tl.program_id(0)
-    if SPLIT_K == 1:
-        if PREFETCH_LINES > 0:
-            qkv_prefetch(pid, w_ptr, K, HD, SUB, PREFETCH_LINES, ELEM_BYTES, USE_PDL)
-        pdl_start(USE_PDL)
-        qkv_rope_tile(pid, x_ptr, x_stride, norm_ptr, w_ptr, b_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr,
-                      q_ptr, k_cache_ptr, v_cache_ptr, cache_head_stride, M, K, eps, H, KVH,
-                      HD, HAS_BIAS, HAS_QKNORM, IEEE, UPCAST, BLOCK_M, BLOCK_K, SUB, "", UNROLL_NORM, EARLY)
-    else:
-        tile = pid // SPLIT_K
-        part = pid % SPLIT_K
-        k_lo = part * K_PER
-        if PREFETCH_LINES > 0:
-            qkv_split_prefetch(tile, k_lo, w_ptr, K, HD, SUB, K_PER, PREFETCH_LINES, ELEM_BYTES, USE_PDL)
-        pdl_start(USE_PDL)
-        acc1, acc2 = qkv_partial(tile, x_ptr, x_stride, norm_ptr, w_ptr, M, K, k_lo, tl.minimum(k_lo + K_PER, K), eps,
-                                 HD, IEEE, UPCAST, BLOCK_M, BLOCK_K, SUB, "", UNROLL_NORM)
-        acc1, acc2, last = split_k_reduce(acc1, acc2, ws_ptr, cnt_ptr, tile, part, SPLIT_K, True)
-        if last:
-            HB: tl.constexpr = HD // 2 // SUB
-            qkv_epilogue(acc1, acc2, tile, b_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_cache_ptr,
-                         v_cache_ptr, cache_head_stride, M, eps, H, KVH, HD, HAS_BIAS, HAS_QKNORM, BLOCK_M, SUB, False,
-                         tl.zeros([HB], dtype=tl.float32), tl.zeros([HB], dtype=tl.float32),
-                         tl.zeros([BLOCK_M], dtype=tl.int32), tl.zeros([BLOCK_M, HB], dtype=cos_ptr.dtype.element_ty),
-                         tl.zeros([BLOCK_M, HB], dtype=sin_ptr.dtype.element_ty))
+    if PREFETCH_LINES > 0:
+        qkv_prefetch(pid, w_ptr, K, HD, SUB, PREFETCH_LINES, ELEM_BYTES, USE_PDL)
+    pdl_start(USE_PDL)
+    qkv_rope_tile(pid, x_ptr, x_stride, norm_ptr, w_ptr, b_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr,
+                  q_ptr, k_cache_ptr, v_cache_ptr, cache_head_stride, M, K, eps, H, KVH,
+                  HD, HAS_BIAS, HAS_QKNORM, IEEE, UPCAST, BLOCK_M, BLOCK_K, SUB, "", UNROLL_NORM, EARLY)
 
 
 def qkv_rope_triton(
@@ -290,20 +218,15 @@ def qkv_rope_triton(
     # product's tile); a per-head RMSNorm (qk_norm) needs the whole head in one program
     sub = 1 if (q_norm is not None or not cfg.block_n) else max(1, (hd // 2) // max(cfg.block_n, 16))
     pdl = pdl_args(x)
-    tiles = (n_heads + 2 * n_kv_heads) * sub
-    split = split_fits(cfg.split_k, tiles, BLOCK_M * hd // sub)
-    k_per = split_range(k, cfg.block_k, split)
-    ws, cnt = split_scratch(x.device) if split > 1 else (q_out, q_out)
-    tile_bytes = (hd // 2 // sub) * (k_per if split > 1 else k) * wqkv.element_size()
-    lines = prefetch_lines(tile_bytes) if prefetch_on(pdl, wqkv.nbytes) else 0
-    _qkv_rope_kernel[(tiles * split,)](
+    lines = prefetch_lines((hd // 2 // sub) * k * wqkv.element_size()) if prefetch_on(pdl, wqkv.nbytes) else 0
+    _qkv_rope_kernel[((n_heads + 2 * n_kv_heads) * sub,)](
         x, x.stride(0), norm_weight, wqkv, bqkv if bqkv is not None else wqkv,
         q_norm if q_norm is not None else norm_weight, k_norm if k_norm is not None else norm_weight,
-        cos, sin, positions, q_out, k_cache, v_cache, k_cache.stride(0), ws, cnt,
+        cos, sin, positions, q_out, k_cache, v_cache, k_cache.stride(0),
         m, k, eps, n_heads, n_kv_heads,
         HD=hd, HAS_BIAS=bqkv is not None, HAS_QKNORM=q_norm is not None, UPCAST=UPCAST_DOT, IEEE=wqkv.dtype == torch.float32,
         BLOCK_M=BLOCK_M, BLOCK_K=cfg.block_k, SUB=sub, PREFETCH_LINES=lines, ELEM_BYTES=wqkv.element_size(),
-        UNROLL_NORM=unroll_norm(k, cfg.block_k), EARLY=latency_bound(wqkv.nbytes), SPLIT_K=split, K_PER=k_per,
+        UNROLL_NORM=unroll_norm(k, cfg.block_k), EARLY=latency_bound(wqkv.nbytes),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl,
     )
     return q_out

@@ -17,7 +17,6 @@ class LaunchConfig:
     block_k: int = 64
     num_warps: int = 4
     num_stages: int = 3
-    split_k: int = 1  # programs sharing each output tile's K walk (kernels/common.py, split-K)
 
 
 DEFAULTS = {
