@@ -32,8 +32,7 @@ from engine.generate import Engine  # noqa: E402
 from engine.loader import load_model  # noqa: E402
 from gpu_timing import set_switch  # noqa: E402
 
-LABELS = {"DSPARK_PDL": ("pdl", "no_pdl"), "DSPARK_PERSISTENT": ("persistent", "separate"), "DSPARK_UNROLL_NORM": ("unrolled", "looped"),
-          "DSPARK_LATE_NORM": ("late_norm", "norm_first")}  # on, off
+LABELS = {"DSPARK_PDL": ("pdl", "no_pdl"), "DSPARK_PERSISTENT": ("persistent", "separate"), "DSPARK_UNROLL_NORM": ("unrolled", "looped")}  # on, off
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -72,28 +72,6 @@ def unroll_norm(k: int, block_k: int) -> int:
     return k if unroll_env_on() and -(-k // block_k) <= UNROLL_MAX_STEPS else 0
 
 
-# Where a kernel is latency-bound, its RMSNorm does not make a pass over x before the product: the K walk
-# multiplies x * norm_weight (rounded to the weights' dtype) and gathers each row's sum of squares from the
-# same chunks, and rstd, a per-row factor, scales the product after the walk. That takes one dependent
-# L2 round trip (the pass's loads, then the walk's) off the kernel's critical path. The operands round at
-# another scale than (x * rstd * w), so the bits differ from the pass-first kernel; a row's result still
-# never depends on the other rows. DSPARK_LATE_NORM=0 turns it off (bench/pdl_check.py measures both).
-NORM_LATE = -1  # an UNROLL_NORM value: the norm's squares gathered in the walk, rstd applied after it
-
-
-@functools.cache
-def late_norm_env_on() -> bool:
-    return os.environ.get("DSPARK_LATE_NORM", "1") != "0"
-
-
-def norm_pass(k: int, block_k: int, kernel_bytes: int) -> int:
-    """The UNROLL_NORM of a kernel with an RMSNorm over k (steps of block_k) that reads kernel_bytes of
-    weights: NORM_LATE where it is latency-bound (and DSPARK_LATE_NORM is not 0), else unroll_norm."""
-    if latency_bound(kernel_bytes) and late_norm_env_on():
-        return NORM_LATE
-    return unroll_norm(k, block_k)
-
-
 def prefetch_on(pdl: dict, kernel_bytes: int) -> bool:
     """Whether a launch with these `pdl_args`, whose programs read `kernel_bytes` of weights or cache in
     all, prefetches them (DSPARK_L2_PREFETCH=0: never; a bench switch)."""

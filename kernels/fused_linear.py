@@ -14,8 +14,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import (UPCAST_DOT, l2_prefetch, latency_bound, mma, norm_pass, pdl_args, pdl_start, prefetch_lines,
-                            prefetch_on)
+from kernels.common import (UPCAST_DOT, l2_prefetch, latency_bound, mma, pdl_args, pdl_start, prefetch_lines, prefetch_on,
+                            unroll_norm)
 
 from kernels.rmsnorm import rmsnorm_reference
 from kernels.tuning import config_for
@@ -87,29 +87,23 @@ def row_rstd(x_ptr, x_stride, rm, m_mask, K, eps, BLOCK_M: tl.constexpr, BLOCK_K
 
 
 @triton.jit
-def _linear_k_block(acc, acc_up, ss, kk, x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, up_ptr, rn, n_mask, K,
-                    HAS_NORM: tl.constexpr, LATE: tl.constexpr, SWIGLU: tl.constexpr, IEEE: tl.constexpr,
-                    UPCAST: tl.constexpr, CACHE: tl.constexpr):
-    """One BLOCK_K step of the product's K walk. LATE (a norm, common.NORM_LATE): x * norm_weight goes
-    into the product and the chunk's squares into ss; otherwise x * rstd * norm_weight."""
+def _linear_k_block(acc, acc_up, kk, x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, up_ptr, rn, n_mask, K,
+                    HAS_NORM: tl.constexpr, SWIGLU: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
+                    CACHE: tl.constexpr):
+    """One BLOCK_K step of the product's K walk."""
     k_mask = kk < K
     xv = tl.load(x_ptr + rm[:, None] * x_stride + kk[None, :], mask=m_mask[:, None] & k_mask[None, :], other=0.0,
                  cache_modifier=CACHE)
     if HAS_NORM:
         nw = tl.load(norm_ptr + kk, mask=k_mask, other=0.0).to(tl.float32)
-        xf = xv.to(tl.float32)
-        if LATE:
-            ss += tl.sum(xf * xf, axis=1)
-            xv = xf * nw[None, :]
-        else:
-            xv = xf * rstd[:, None] * nw[None, :]
+        xv = xv.to(tl.float32) * rstd[:, None] * nw[None, :]
     a = xv.to(w_ptr.dtype.element_ty)
     w = tl.load(w_ptr + rn[:, None] * K + kk[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0)
     acc = mma(a, tl.trans(w), acc, IEEE, UPCAST)
     if SWIGLU:
         u = tl.load(up_ptr + rn[:, None] * K + kk[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0)
         acc_up = mma(a, tl.trans(u), acc_up, IEEE, UPCAST)
-    return acc, acc_up, ss
+    return acc, acc_up
 
 
 @triton.jit
@@ -121,7 +115,7 @@ def linear_tile(
 ):
     """Output tile `pid` (BLOCK_N columns, every row) of the fused op, float32. CACHE is the load cache
     modifier of x and the residual: ".cg" (L2 only) where another program of the same launch wrote them
-    (kernels/persistent_step.py), "" otherwise. UNROLL_NORM: see row_rstd, or common.NORM_LATE. EARLY: the
+    (kernels/persistent_step.py), "" otherwise. UNROLL_NORM: see row_rstd. EARLY: the
     residual and bias are loaded before the K walk (their latency overlaps it), for latency-bound shapes
     only (common.latency_bound). The same values are added at the same point, and the interpreter gives
     the same bits; compiled for the H200 the rounding differs slightly: with it, the bot's AR streams
@@ -133,11 +127,10 @@ def linear_tile(
     rk = tl.arange(0, BLOCK_K)
     m_mask = rm < M
     n_mask = rn < N
-    # RMSNorm: rstd per row either from one pass over x before the product, or (UNROLL_NORM =
-    # common.NORM_LATE, latency-bound kernels) from the squares the walk gathers chunk by chunk, applied
-    # to the product after it. (Gathering them elementwise into a [BLOCK_M, BLOCK_K] fp32 tile held
-    # through the walk made the 1B guard shape decode 23 % slower, docs/perf.md, 2026-12-02 third session.)
-    LATE: tl.constexpr = HAS_NORM and UNROLL_NORM == -1
+    # RMSNorm: rstd per row from one pass over x, before the product. (Gathering the squares inside the
+    # product's K walk instead, elementwise, saves that pass on the bundled shape but holds a
+    # [BLOCK_M, BLOCK_K] fp32 tile through the walk: the 1B guard shape decoded 23 % slower with it,
+    # docs/perf.md, 2026-12-02 third session.)
     if EARLY:
         if HAS_RES:
             res = tl.load(res_ptr + rm[:, None] * res_stride + rn[None, :], mask=m_mask[:, None] & n_mask[None, :],
@@ -145,19 +138,13 @@ def linear_tile(
         if HAS_BIAS:
             bias = tl.load(bias_ptr + rn, mask=n_mask, other=0.0).to(tl.float32)
     rstd = tl.zeros([BLOCK_M], dtype=tl.float32)
-    if HAS_NORM and not LATE:
+    if HAS_NORM:
         rstd = row_rstd(x_ptr, x_stride, rm, m_mask, K, eps, BLOCK_M, BLOCK_K, CACHE, UNROLL_NORM)
-    ss = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
-        acc, acc_up, ss = _linear_k_block(acc, acc_up, ss, k0 + rk, x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr,
-                                          up_ptr, rn, n_mask, K, HAS_NORM, LATE, SWIGLU, IEEE, UPCAST, CACHE)
-    if LATE:
-        rstd = 1.0 / tl.sqrt(ss / K + eps)
-        acc = acc * rstd[:, None]
-        if SWIGLU:
-            acc_up = acc_up * rstd[:, None]
+        acc, acc_up = _linear_k_block(acc, acc_up, k0 + rk, x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, up_ptr,
+                                      rn, n_mask, K, HAS_NORM, SWIGLU, IEEE, UPCAST, CACHE)
     if HAS_BIAS:
         if not EARLY:
             bias = tl.load(bias_ptr + rn, mask=n_mask, other=0.0).to(tl.float32)
@@ -223,8 +210,7 @@ def fused_linear_triton(
     dummy = weight
     pdl = pdl_args(x)
     # only where the kernel is latency-bound (common.PREFETCH_MAX_BYTES): never the LM head
-    wbytes = weight.nbytes * (2 if up_weight is not None else 1)
-    lines = prefetch_lines(cfg.block_n * k * weight.element_size()) if prefetch_on(pdl, wbytes) else 0
+    lines = prefetch_lines(cfg.block_n * k * weight.element_size()) if prefetch_on(pdl, weight.nbytes * (2 if up_weight is not None else 1)) else 0
     _fused_linear_kernel[(triton.cdiv(n, cfg.block_n),)](
         x, x.stride(0), norm_weight if norm_weight is not None else dummy, weight,
         up_weight if up_weight is not None else dummy, bias if bias is not None else dummy,
@@ -233,7 +219,7 @@ def fused_linear_triton(
         HAS_NORM=norm_weight is not None, SWIGLU=up_weight is not None, HAS_RES=residual is not None,
         HAS_BIAS=bias is not None, UPCAST=UPCAST_DOT, IEEE=weight.dtype == torch.float32,
         BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-        PREFETCH_LINES=lines, ELEM_BYTES=weight.element_size(), UNROLL_NORM=norm_pass(k, cfg.block_k, wbytes),
-        EARLY=latency_bound(wbytes), **pdl,
+        PREFETCH_LINES=lines, ELEM_BYTES=weight.element_size(), UNROLL_NORM=unroll_norm(k, cfg.block_k),
+        EARLY=latency_bound(weight.nbytes * (2 if up_weight is not None else 1)), **pdl,
     )
     return out

@@ -38,7 +38,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import UPCAST_DOT, norm_pass, pdl_args, pdl_start, prefetch_env_on, prefetch_lines
+from kernels.common import UPCAST_DOT, pdl_args, pdl_start, prefetch_env_on, prefetch_lines, unroll_norm
 from kernels.decode_attention import LOG2E, attn_combine_tile, attn_prefetch, attn_split_tile
 from kernels.embedding import embedding_row
 from kernels.fused_linear import BLOCK_M, linear_prefetch, linear_tile, store_tile
@@ -254,8 +254,7 @@ def persistent_step_triton(model, io, m: int, cache, bufs: PersistentBuffers) ->
         QKV_BK=qkv_cfg.block_k, QKV_SUB=sub, SPLIT=split, BLOCK_R=max(16, triton.next_power_of_2(ws.max_rows * g_per_kv)),
         BLOCK_KV=block_kv, BLOCK_S=triton.next_power_of_2(ns), O_BN=o_cfg.block_n, O_BK=o_cfg.block_k,
         GU_BN=gu_cfg.block_n, GU_BK=gu_cfg.block_k, DN_BN=dn_cfg.block_n, DN_BK=dn_cfg.block_k,
-        QKV_UNROLL=norm_pass(d, qkv_cfg.block_k, sw["wqkv"][0].nbytes),
-        GU_UNROLL=norm_pass(d, gu_cfg.block_k, sw["w_gate"][0].nbytes + sw["w_up"][0].nbytes),
+        QKV_UNROLL=unroll_norm(d, qkv_cfg.block_k), GU_UNROLL=unroll_norm(d, gu_cfg.block_k),
         EARLY=True,  # the persistent step is only the default where every layer is small (latency-bound)
         QKV_LINES=lines((hd // 2 // sub) * d * eb), ATTN_LINES=lines(split * hd * cache.k.element_size()),
         O_LINES=lines(o_cfg.block_n * c.q_dim * eb), GU_LINES=lines(gu_cfg.block_n * d * eb),

@@ -14,8 +14,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import (UPCAST_DOT, l2_prefetch, latency_bound, mma, norm_pass, pdl_args, pdl_start, prefetch_lines,
-                            prefetch_on)
+from kernels.common import (UPCAST_DOT, l2_prefetch, latency_bound, mma, pdl_args, pdl_start, prefetch_lines, prefetch_on,
+                            unroll_norm)
 
 from kernels.fused_linear import BLOCK_M, row_rstd
 from kernels.rmsnorm import rmsnorm_reference
@@ -80,21 +80,17 @@ def qkv_prefetch(pid, w_ptr, K, HD: tl.constexpr, SUB: tl.constexpr, PREFETCH_LI
 
 
 @triton.jit
-def _qkv_k_block(acc1, acc2, ss, kk, x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, row0, rh, K, HALF: tl.constexpr,
-                 LATE: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr, CACHE: tl.constexpr):
-    """One BLOCK_K step of the K walk: both rotate-half halves of a head. LATE: see fused_linear._linear_k_block."""
+def _qkv_k_block(acc1, acc2, kk, x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, row0, rh, K, HALF: tl.constexpr,
+                 IEEE: tl.constexpr, UPCAST: tl.constexpr, CACHE: tl.constexpr):
+    """One BLOCK_K step of the K walk: both rotate-half halves of a head."""
     k_mask = kk < K
     xv = tl.load(x_ptr + rm[:, None] * x_stride + kk[None, :], mask=m_mask[:, None] & k_mask[None, :], other=0.0,
                  cache_modifier=CACHE).to(tl.float32)
     nw = tl.load(norm_ptr + kk, mask=k_mask, other=0.0).to(tl.float32)
-    if LATE:
-        ss += tl.sum(xv * xv, axis=1)
-        a = (xv * nw[None, :]).to(w_ptr.dtype.element_ty)
-    else:
-        a = (xv * rstd[:, None] * nw[None, :]).to(w_ptr.dtype.element_ty)
+    a = (xv * rstd[:, None] * nw[None, :]).to(w_ptr.dtype.element_ty)
     w1 = tl.load(w_ptr + (row0 + rh)[:, None] * K + kk[None, :], mask=k_mask[None, :], other=0.0)
     w2 = tl.load(w_ptr + (row0 + HALF + rh)[:, None] * K + kk[None, :], mask=k_mask[None, :], other=0.0)
-    return mma(a, tl.trans(w1), acc1, IEEE, UPCAST), mma(a, tl.trans(w2), acc2, IEEE, UPCAST), ss
+    return mma(a, tl.trans(w1), acc1, IEEE, UPCAST), mma(a, tl.trans(w2), acc2, IEEE, UPCAST)
 
 
 @triton.jit
@@ -126,22 +122,13 @@ def qkv_rope_tile(
         if HAS_BIAS:
             b1 = tl.load(b_ptr + row0 + rh).to(tl.float32)
             b2 = tl.load(b_ptr + row0 + HALF + rh).to(tl.float32)
-    # RMSNorm's rstd from one pass over x first, or gathered in the walk (common.NORM_LATE; see
-    # fused_linear.linear_tile)
-    LATE: tl.constexpr = UNROLL_NORM == -1
-    rstd = tl.zeros([BLOCK_M], dtype=tl.float32)
-    if not LATE:
-        rstd = row_rstd(x_ptr, x_stride, rm, m_mask, K, eps, BLOCK_M, BLOCK_K, CACHE, UNROLL_NORM)
-    ss = tl.zeros([BLOCK_M], dtype=tl.float32)
+    # RMSNorm's rstd first, from one pass over x (see fused_linear.py for why not inside the K walk)
+    rstd = row_rstd(x_ptr, x_stride, rm, m_mask, K, eps, BLOCK_M, BLOCK_K, CACHE, UNROLL_NORM)
     acc1 = tl.zeros([BLOCK_M, HB], dtype=tl.float32)
     acc2 = tl.zeros([BLOCK_M, HB], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
-        acc1, acc2, ss = _qkv_k_block(acc1, acc2, ss, k0 + rk, x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, row0,
-                                      rh, K, HALF, LATE, IEEE, UPCAST, CACHE)
-    if LATE:
-        rstd = 1.0 / tl.sqrt(ss / K + eps)
-        acc1 = acc1 * rstd[:, None]
-        acc2 = acc2 * rstd[:, None]
+        acc1, acc2 = _qkv_k_block(acc1, acc2, k0 + rk, x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, row0, rh, K,
+                                  HALF, IEEE, UPCAST, CACHE)
     if HAS_BIAS:
         if not EARLY:
             b1 = tl.load(b_ptr + row0 + rh).to(tl.float32)
@@ -239,7 +226,7 @@ def qkv_rope_triton(
         m, k, eps, n_heads, n_kv_heads,
         HD=hd, HAS_BIAS=bqkv is not None, HAS_QKNORM=q_norm is not None, UPCAST=UPCAST_DOT, IEEE=wqkv.dtype == torch.float32,
         BLOCK_M=BLOCK_M, BLOCK_K=cfg.block_k, SUB=sub, PREFETCH_LINES=lines, ELEM_BYTES=wqkv.element_size(),
-        UNROLL_NORM=norm_pass(k, cfg.block_k, wqkv.nbytes), EARLY=latency_bound(wqkv.nbytes),
+        UNROLL_NORM=unroll_norm(k, cfg.block_k), EARLY=latency_bound(wqkv.nbytes),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl,
     )
     return q_out

@@ -234,18 +234,6 @@ def test_draft_head(vocab, k, dtype, gen):
 
 
 @pytest.fixture
-def pass_first(monkeypatch):
-    """DSPARK_LATE_NORM=0: every norm makes its pass over x before the product (common.NORM_LATE off)."""
-    from kernels import common
-
-    monkeypatch.setenv("DSPARK_LATE_NORM", "0")
-    common.late_norm_env_on.cache_clear()
-    yield
-    monkeypatch.delenv("DSPARK_LATE_NORM")
-    common.late_norm_env_on.cache_clear()
-
-
-@pytest.fixture
 def unrolled(monkeypatch):
     """DSPARK_UNROLL_NORM=1 for the launches inside `with unrolled():` (kernels.common.unroll_norm)."""
     from contextlib import contextmanager
@@ -265,7 +253,7 @@ def unrolled(monkeypatch):
     return on
 
 
-def test_unrolled_norm_passes_compute_the_same_bits(pass_first, unrolled, gen):
+def test_unrolled_norm_passes_compute_the_same_bits(unrolled, gen):
     """The RMSNorm pass of fused_linear and qkv_rope is unrolled (tl.static_range; DSPARK_UNROLL_NORM=0: a
     loop): the same arithmetic in the same order, so the same bits; passes longer than UNROLL_MAX_STEPS
     stay loops."""
@@ -293,7 +281,7 @@ def test_unrolled_norm_passes_compute_the_same_bits(pass_first, unrolled, gen):
         assert common.unroll_norm(4096, 64) == 0  # 64 steps: stays a loop
 
 
-def test_early_epilogue_loads_compute_the_same_bits(pass_first, monkeypatch, gen):
+def test_early_epilogue_loads_compute_the_same_bits(monkeypatch, gen):
     """Latency-bound kernels (common.latency_bound) load the residual, bias, positions and RoPE angles
     before the K walk; the others after it. The same values are added at the same point: under the
     interpreter, the same bits (compiled for the GPU the rounding may differ: see linear_tile)."""
@@ -316,43 +304,3 @@ def test_early_epilogue_loads_compute_the_same_bits(pass_first, monkeypatch, gen
                      qkv_rope_triton(x, nw, wqkv, bqkv, None, None, cos, sin, pos, caches[0], caches[1], heads, kvh, 1e-6),
                      caches[0], caches[1]])
     assert all(torch.equal(a, c) for a, c in zip(*runs))
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_late_norm_matches_the_pass_first_norm(monkeypatch, dtype, gen):
-    """Latency-bound kernels gather the RMSNorm's squares in the K walk and scale the product by rstd
-    after it (common.NORM_LATE); the others make a pass over x first. Both against the reference, on
-    rows whose scale is far from 1 (the residual stream's is); each rounds differently, so they agree to
-    the dtype's bound, not bit for bit. The late form is batch-invariant (a row alone, the same bits)."""
-    from kernels import common
-
-    m, k, n = 6, 576, 96
-    x = randn(m, k, g=gen) * torch.tensor([0.01, 1.0, 30.0, 300.0, 3.0, 1000.0], device=DEV)[:, None]
-    nw = randn(k, g=gen) * 0.1 + 1.0
-    w, u = randn(n, k, g=gen, dtype=dtype, scale=k**-0.5), randn(n, k, g=gen, dtype=dtype, scale=k**-0.5)
-    heads, kvh, hd, cap = 1, 1, 32, 16
-    wqkv = randn((heads + 2 * kvh) * hd, k, g=gen, dtype=dtype, scale=k**-0.5)
-    cos, sin = rope_tables(hd, 10000.0, RopeScaling(), cap, DEV)
-    pos = torch.arange(2, 2 + m, dtype=torch.int32, device=DEV)
-    want = [fused_linear_reference(x, w, norm_weight=nw, out_dtype=torch.float32),
-            fused_linear_reference(x, w, norm_weight=nw, up_weight=u, out_dtype=torch.float32)]
-    ref_cache = [torch.zeros(kvh, cap, hd, device=DEV, dtype=dtype) for _ in range(2)]
-    want.append(qkv_rope_reference(x, nw, wqkv, None, None, None, cos, sin, pos.long(), *ref_cache, heads, kvh, 1e-5))
-    assert common.norm_pass(k, 64, w.nbytes) == common.NORM_LATE
-    for late in ("1", "0"):
-        monkeypatch.setenv("DSPARK_LATE_NORM", late)
-        common.late_norm_env_on.cache_clear()
-        cache = [torch.zeros(kvh, cap, hd, device=DEV, dtype=dtype) for _ in range(2)]
-        got = [fused_linear_triton(x, w, norm_weight=nw, out_dtype=torch.float32),
-               fused_linear_triton(x, w, norm_weight=nw, up_weight=u, out_dtype=torch.float32),
-               qkv_rope_triton(x, nw, wqkv, None, None, None, cos, sin, pos, *cache, heads, kvh, 1e-5)]
-        for g_, w_ in zip(got, want):
-            assert rel_err(g_, w_) < bound(dtype)
-        assert rel_err(cache[0], ref_cache[0]) < bound(dtype)
-        if late == "1":
-            for r in (0, 3, 5):
-                assert torch.equal(fused_linear_triton(x[r : r + 1], w, norm_weight=nw, up_weight=u,
-                                                       out_dtype=torch.float32)[0], got[1][r])
-    monkeypatch.delenv("DSPARK_LATE_NORM")
-    common.late_norm_env_on.cache_clear()
-    assert common.norm_pass(k, 64, common.PREFETCH_MAX_BYTES + 1) == common.unroll_norm(k, 64)  # bandwidth-bound: pass first
