@@ -4,6 +4,7 @@ window without changing a token or a feature of what is kept, and the prose shar
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import torch
 
@@ -40,3 +41,37 @@ def test_prose_share_is_exact_per_batch():
     assert all(len(p) == 10 for p in prompts)
     only_code = make_prompts(None, {"code": [[1] * 50], "prose": []}, 5, 10, 0.0, random.Random(0), prose_share=0.6)
     assert all(p[0] == 1 for p in only_code)
+
+
+def test_init_continues_a_drafter_and_its_card_says_which(bundled, tmp_path):
+    """--init: the shipped drafter's configuration and weights are where training starts (its held-out
+    figures measured first, on the same sets and anchors as the result's), and the card names it by
+    digest and carries its own card. A wrong --init is a one-line error before anything loads."""
+    import json
+
+    import pytest
+
+    from engine.dspark.drafter import load_drafter_files
+    from engine.dspark.train import build_parser, train
+
+    shipped = Path(__file__).resolve().parents[1] / "engine" / "dspark" / "weights" / "smollm2-135m-instruct"
+    prose = tmp_path / "prose"
+    prose.mkdir()
+    for name in ("a.txt", "b.txt"):
+        (prose / name).write_text("A paragraph of plain prose about rivers and the weather in spring. " * 60)
+    out = tmp_path / "drafter"
+    args = build_parser().parse_args([
+        "--out", str(out), "--init", str(shipped), "--data-seed", "7", "--prose-dir", str(prose), "--prompt-lens", "64",
+        "--gen-tokens", "8", "--gen-batch", "4", "--data-seqs", "8", "--eval-seqs", "4", "--batch", "2", "--anchors", "2",
+        "--max-steps", "2", "--lr", "1e-4", "--total-budget", "300", "--device", "cpu"])
+    card = train(args)
+    before = load_drafter_files(shipped)
+    after = load_drafter_files(out)
+    assert after.config == before.config
+    assert card["init"]["sha256"] == before.sha256 and card["init"]["card"]["training"]["steps"] > 1000
+    assert card["init"]["eval_tau_teacher_forced"] >= 1.0 and card["eval_tau_teacher_forced"] >= 1.0
+    assert json.loads((out / "training.json").read_text())["init"]["sha256"] == before.sha256
+    changed = [k for k in before.weights if not torch.equal(before.weights[k], after.weights[k])]
+    assert changed and set(after.weights) == set(before.weights)
+    with pytest.raises(SystemExit, match="^error: --init: .* is not a drafter directory"):
+        train(build_parser().parse_args(["--out", str(tmp_path / "x"), "--init", str(tmp_path / "nowhere")]))

@@ -28,7 +28,8 @@ import torch
 import torch.nn.functional as F
 
 from engine.dspark.config import DrafterConfig
-from engine.dspark.drafter import save_drafter_files
+from engine.dspark.drafter import load_drafter_files, save_drafter_files
+from engine.errors import EngineError
 from engine.dspark.module import DrafterModule, rope_for
 from engine.loader import load_model
 from engine.model import Transformer
@@ -165,6 +166,10 @@ def batch_loss(module: DrafterModule, tokens, feats, anchors, cos, sin, pw, conf
 
 def train(args) -> dict:
     t_begin = time.perf_counter()
+    try:
+        init = load_drafter_files(args.init) if args.init else None
+    except EngineError as exc:
+        raise SystemExit(f"error: --init: {exc}") from None
     dev = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
@@ -177,6 +182,11 @@ def train(args) -> dict:
     cfg = DrafterConfig(target_layers=layers, dim=tc.dim, n_layers=args.layers, n_heads=tc.n_heads, n_kv_heads=tc.n_kv_heads,
                         head_dim=tc.head_dim, ffn_dim=args.ffn, window=args.window, markov_rank=args.markov_rank,
                         norm_eps=tc.norm_eps, rope_theta=tc.rope_theta, vocab_size=tc.vocab_size, target_sha256=loaded.sha256)
+    if init is not None:  # continue a drafter: its configuration and weights, checked against this target
+        if init.config.target_sha256 and init.config.target_sha256 != loaded.sha256:
+            raise SystemExit(f"error: the drafter in {args.init} was trained for another target model")
+        cfg = init.config
+        layers = cfg.target_layers
 
     # data: documents split into train / held-out (evaluation never sees a training document)
     files = corpus_files(Path(args.code_dir) if args.code_dir else None, Path(args.prose_dir) if args.prose_dir else None)
@@ -188,11 +198,13 @@ def train(args) -> dict:
         cut = max(1, int(len(ds) * args.eval_fraction)) if len(ds) > 1 else 0
         eval_docs[kind], train_docs[kind] = ds[:cut], ds[cut:]
     log(f"corpus: {len(docs['code'])} code docs, {len(docs['prose'])} prose docs ({sum(map(len, eval_docs.values()))} held out); target layers {layers}")
+    if args.data_seed is not None:  # other prompts than --seed's, from the same training documents
+        rng = random.Random(args.data_seed)
 
     def docs_for(pool: dict, length: int) -> dict:
         return {k: [d for d in v if len(d) > length] for k, v in pool.items()}
 
-    keep = args.window + 1  # prompt positions an anchor can see (see generate_with_features)
+    keep = cfg.window + 1  # prompt positions an anchor can see (see generate_with_features)
     buckets: dict[int, list] = {L: [] for L in lengths}
     data_deadline = args.total_budget * args.data_fraction
     n_batches = 0
@@ -222,14 +234,38 @@ def train(args) -> dict:
     data_s = time.perf_counter() - t_begin
     log(f"data: {n_seqs} training sequences in {data_s:.0f}s")
 
-    module = DrafterModule(cfg, target.embed.detach(), target.lm_head.detach()).to(dev)
+    def evaluate(module: DrafterModule) -> list[dict]:
+        """Teacher-forced acceptance (~ tau - 1 at full depth) per held-out set, at the same anchors every
+        time it is called; leaves the module in train mode."""
+        eval_gen = torch.Generator().manual_seed(eval_seed)
+        module.eval()
+        ev = []
+        with torch.no_grad(), autocast:
+            for L, kind, L_kept, toks, feats in eval_sets:
+                parts = []
+                for i in range(0, toks.shape[0], 8):  # small chunks: the logits of a chunk are [8, A, 6, V]
+                    t_c, f_c = toks[i : i + 8], feats[i : i + 8]
+                    anchors = sample_anchors(t_c.shape[0], L_kept - 1, t_c.shape[1] - cfg.block_size, args.anchors, dev, eval_gen)
+                    parts.append(batch_loss(module, t_c, f_c, anchors, cos, sin, pw, args.conf_weight)[1])
+                m = {k: sum(p[k] for p in parts) / len(parts) for k in parts[0]}
+                m["prompt_len"], m["kind"] = L, kind
+                ev.append(m)
+        module.train()
+        return ev
+
+    if init is not None:
+        module = DrafterModule.from_weights(cfg, init.weights, target.embed.detach(), target.lm_head.detach()).to(dev)
+    else:
+        module = DrafterModule(cfg, target.embed.detach(), target.lm_head.detach()).to(dev)
     params = [p for p in module.parameters() if p.requires_grad]
     n_params = sum(p.numel() for p in params)
     opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.95), weight_decay=args.weight_decay)
     max_len = max(t.shape[1] for _, t, _ in train_sets) + cfg.block_size + 1
     cos, sin = rope_for(cfg, max_len, dev)
     pw = position_weights(cfg.proposals, args.decay, dev)
+    eval_seed = args.seed + 1_000_003  # the evaluations' anchors: their own stream, the same each time
     autocast = torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda")
+    ev_before = evaluate(module) if init is not None else None  # the drafter it continues, on the same held-out sets
     train_budget = args.total_budget - (time.perf_counter() - t_begin) - args.reserve
     log(f"drafter: {n_params / 1e6:.2f}M parameters; training for {train_budget:.0f}s")
     t_train = time.perf_counter()
@@ -264,19 +300,7 @@ def train(args) -> dict:
 
     out = Path(args.out)
     save_drafter_files(out, cfg, module.export())  # before evaluation: nothing after this can lose the weights
-    # evaluate on held-out documents: teacher-forced acceptance ~ tau - 1 at full depth
-    module.eval()
-    ev = []
-    with torch.no_grad(), autocast:
-        for L, kind, L_kept, toks, feats in eval_sets:
-            parts = []
-            for i in range(0, toks.shape[0], 8):  # small chunks: the logits of a chunk are [8, A, 6, V]
-                t_c, f_c = toks[i : i + 8], feats[i : i + 8]
-                anchors = sample_anchors(t_c.shape[0], L_kept - 1, t_c.shape[1] - cfg.block_size, args.anchors, dev, gen)
-                parts.append(batch_loss(module, t_c, f_c, anchors, cos, sin, pw, args.conf_weight)[1])
-            m = {k: sum(p[k] for p in parts) / len(parts) for k in parts[0]}
-            m["prompt_len"], m["kind"] = L, kind
-            ev.append(m)
+    ev = evaluate(module)
     size = (out / "drafter.safetensors").stat().st_size
     card = {
         "target": loaded.source_path.name, "target_sha256": loaded.sha256, "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
@@ -292,8 +316,14 @@ def train(args) -> dict:
                                             for k in sorted({e["kind"] for e in ev})},
         "command": " ".join(sys.argv),
     }
+    if init is not None:  # what it continued: that drafter's digest, its held-out figures here, its own card
+        prev = init.path / "training.json"
+        card["init"] = {"path": str(args.init), "sha256": init.sha256, "eval": ev_before,
+                        "eval_tau_teacher_forced": 1 + sum(e["accept"] for e in ev_before) / len(ev_before) if ev_before else None,
+                        "card": json.loads(prev.read_text()) if prev.is_file() else None}
     (out / "training.json").write_text(json.dumps(card, indent=2) + "\n")
-    log(f"done: {step} steps, held-out teacher-forced tau {card['eval_tau_teacher_forced']}, {size / 1e6:.2f} MB -> {out}")
+    before = f" (the drafter it continued: {card['init']['eval_tau_teacher_forced']})" if init is not None else ""
+    log(f"done: {step} steps, held-out teacher-forced tau {card['eval_tau_teacher_forced']}{before}, {size / 1e6:.2f} MB -> {out}")
     return card
 
 
@@ -330,6 +360,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-steps", type=int, default=0)
     ap.add_argument("--log-every", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--init", default=None, help="a drafter directory to continue training (its configuration wins over "
+                    "--layers, --ffn, --window, --markov-rank, --target-layers)")
+    ap.add_argument("--data-seed", type=int, default=None,
+                    help="seed of the training prompts (default: --seed); the held-out documents always follow --seed")
     return ap
 
 
