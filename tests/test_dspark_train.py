@@ -59,9 +59,15 @@ def test_init_continues_a_drafter_and_its_card_says_which(bundled, tmp_path):
     prose.mkdir()
     for name in ("a.txt", "b.txt"):
         (prose / name).write_text("A paragraph of plain prose about rivers and the weather in spring. " * 60)
+    extra = tmp_path / "site"  # --extra-code-dir: more code, held out on its own; tests and Django never drawn
+    for i, where in enumerate(("pkg/a.py", "pkg/b.py", "pkg/c.py", "pkg/tests/d.py", "Django/e.py", "pkg/small.py")):
+        (extra / where).parent.mkdir(parents=True, exist_ok=True)
+        body = "".join(f"def f{i}_{j}(x, y):\n    return sorted(x)[y] + {j}\n\n" for j in range(200 if "small" not in where else 5))
+        (extra / where).write_text(body)
     out = tmp_path / "drafter"
     args = build_parser().parse_args([
         "--out", str(out), "--init", str(shipped), "--data-seed", "7", "--prose-dir", str(prose), "--prompt-lens", "64",
+        "--extra-code-dir", str(extra),
         "--gen-tokens", "8", "--gen-batch", "4", "--data-seqs", "8", "--eval-seqs", "4", "--batch", "2", "--anchors", "2",
         "--max-steps", "2", "--lr", "1e-4", "--total-budget", "300", "--device", "cpu"])
     card = train(args)
@@ -71,7 +77,11 @@ def test_init_continues_a_drafter_and_its_card_says_which(bundled, tmp_path):
     assert card["init"]["sha256"] == before.sha256 and card["init"]["card"]["training"]["steps"] > 1000
     assert card["init"]["eval_tau_teacher_forced"] >= 1.0 and card["eval_tau_teacher_forced"] >= 1.0
     assert json.loads((out / "training.json").read_text())["init"]["sha256"] == before.sha256
+    assert card["data"]["extra_code_docs"] == 3 and card["data"]["held_out_docs"]["code-extra"] == 1
+    assert "code-extra" in card["eval_tau_teacher_forced_by_kind"] and any(e["kind"] == "code-extra" for e in card["init"]["eval"])
     changed = [k for k in before.weights if not torch.equal(before.weights[k], after.weights[k])]
     assert changed and set(after.weights) == set(before.weights)
     with pytest.raises(SystemExit, match="^error: --init: .* is not a drafter directory"):
         train(build_parser().parse_args(["--out", str(tmp_path / "x"), "--init", str(tmp_path / "nowhere")]))
+    with pytest.raises(SystemExit, match="^error: --extra-code-dir: .* is not a directory$"):
+        train(build_parser().parse_args(["--out", str(tmp_path / "x"), "--extra-code-dir", str(tmp_path / "nowhere")]))

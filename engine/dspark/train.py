@@ -28,9 +28,9 @@ import torch
 import torch.nn.functional as F
 
 from engine.dspark.config import DrafterConfig
-from engine.dspark.drafter import load_drafter_files, save_drafter_files
-from engine.errors import EngineError
+from engine.dspark.drafter import check_compatible, load_drafter_files, save_drafter_files
 from engine.dspark.module import DrafterModule, rope_for
+from engine.errors import EngineError
 from engine.loader import load_model
 from engine.model import Transformer
 
@@ -58,6 +58,17 @@ def corpus_files(code_dir: Path | None, prose_dir: Path | None) -> dict[str, lis
     if not code:
         raise SystemExit(f"error: no Python sources found under {code_root}")
     return {"code": code, "prose": prose}
+
+
+def extra_code_files(root: Path, limit: int, rng: random.Random) -> list[Path]:
+    """Up to `limit` Python sources drawn from `root` (e.g. site-packages: more varied code than the standard
+    library), 4-120 kB each; tests and anything of Django (the harness's code corpus) left out."""
+    found = sorted(p for p in root.rglob("*.py") if p.name not in EXCLUDED_NAMES
+                   and not any(part in ("test", "tests") or "django" in part.lower() for part in p.parts)
+                   and 4000 <= p.stat().st_size <= 120_000)
+    if not found:
+        raise SystemExit(f"error: --extra-code-dir: no Python sources of 4-120 kB under {root}")
+    return sorted(rng.sample(found, min(limit, len(found))))
 
 
 def tokenized_docs(tokenizer, files: list[Path], min_tokens: int) -> list[list[int]]:
@@ -164,12 +175,19 @@ def batch_loss(module: DrafterModule, tokens, feats, anchors, cos, sin, pw, conf
     return loss + conf_weight * bce, {"ce": float(ce.detach().mean()), "bce": float(bce.detach()), "acc1": float(correct[..., 0].mean()), "accept": float(run.mean())}
 
 
+def teacher_forced_tau(ev: list[dict] | None) -> float | None:
+    """1 + mean teacher-forced acceptance over held-out sets (None when there are none)."""
+    return 1 + sum(e["accept"] for e in ev) / len(ev) if ev else None
+
+
 def train(args) -> dict:
     t_begin = time.perf_counter()
     try:
         init = load_drafter_files(args.init) if args.init else None
     except EngineError as exc:
         raise SystemExit(f"error: --init: {exc}") from None
+    if args.extra_code_dir and not Path(args.extra_code_dir).is_dir():
+        raise SystemExit(f"error: --extra-code-dir: {args.extra_code_dir} is not a directory")
     dev = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
@@ -185,6 +203,10 @@ def train(args) -> dict:
     if init is not None:  # continue a drafter: its configuration and weights, checked against this target
         if init.config.target_sha256 and init.config.target_sha256 != loaded.sha256:
             raise SystemExit(f"error: the drafter in {args.init} was trained for another target model")
+        try:
+            check_compatible(init.config, target)
+        except EngineError as exc:
+            raise SystemExit(f"error: --init: {exc}") from None
         cfg = init.config
         layers = cfg.target_layers
 
@@ -197,7 +219,15 @@ def train(args) -> dict:
         rng.shuffle(ds)
         cut = max(1, int(len(ds) * args.eval_fraction)) if len(ds) > 1 else 0
         eval_docs[kind], train_docs[kind] = ds[:cut], ds[cut:]
-    log(f"corpus: {len(docs['code'])} code docs, {len(docs['prose'])} prose docs ({sum(map(len, eval_docs.values()))} held out); target layers {layers}")
+    if args.extra_code_dir:  # more code: split on its own stream, so the split above stays the same
+        extra_rng = random.Random(args.seed + 7)
+        extra = tokenized_docs(loaded.tokenizer, extra_code_files(Path(args.extra_code_dir), args.extra_code_files, extra_rng), min(lengths) + 1)
+        extra_rng.shuffle(extra)
+        cut = max(1, int(len(extra) * args.eval_fraction))
+        eval_docs["code-extra"], train_docs["code"] = extra[:cut], train_docs["code"] + extra[cut:]
+        docs["code-extra"] = extra
+    log(f"corpus: {len(docs['code'])} code docs, {len(docs.get('code-extra', []))} more code docs, {len(docs['prose'])} prose docs "
+        f"({sum(map(len, eval_docs.values()))} held out); target layers {layers}")
     if args.data_seed is not None:  # other prompts than --seed's, from the same training documents
         rng = random.Random(args.data_seed)
 
@@ -305,21 +335,21 @@ def train(args) -> dict:
     card = {
         "target": loaded.source_path.name, "target_sha256": loaded.sha256, "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
         "config": cfg.to_dict(), "parameters": n_params, "file_bytes": size,
-        "data": {"code_docs": len(docs["code"]), "prose_docs": len(docs["prose"]), "held_out_docs": {k: len(v) for k, v in eval_docs.items()},
+        "data": {"code_docs": len(docs["code"]), "extra_code_docs": len(docs.get("code-extra", [])), "extra_code_dir": args.extra_code_dir,
+                 "prose_docs": len(docs["prose"]), "held_out_docs": {k: len(v) for k, v in eval_docs.items()},
                  "prompt_lens": lengths, "sequences": n_seqs,
                  "gen_tokens": args.gen_tokens, "chat_fraction": args.chat_fraction, "prose_share": args.prose_share, "excluded": sorted(EXCLUDED_NAMES)},
         "training": {"steps": step, "batch": args.batch, "anchors": args.anchors, "lr": args.lr, "decay": args.decay,
                      "data_seconds": round(data_s, 1), "train_seconds": round(train_s, 1), "total_seconds": round(time.perf_counter() - t_begin, 1)},
         "history": history, "eval": ev,
-        "eval_tau_teacher_forced": (1 + sum(e["accept"] for e in ev) / len(ev)) if ev else None,
-        "eval_tau_teacher_forced_by_kind": {k: 1 + sum(e["accept"] for e in ev if e["kind"] == k) / max(1, sum(e["kind"] == k for e in ev))
-                                            for k in sorted({e["kind"] for e in ev})},
+        "eval_tau_teacher_forced": teacher_forced_tau(ev),
+        "eval_tau_teacher_forced_by_kind": {k: teacher_forced_tau([e for e in ev if e["kind"] == k]) for k in sorted({e["kind"] for e in ev})},
         "command": " ".join(sys.argv),
     }
     if init is not None:  # what it continued: that drafter's digest, its held-out figures here, its own card
         prev = init.path / "training.json"
         card["init"] = {"path": str(args.init), "sha256": init.sha256, "eval": ev_before,
-                        "eval_tau_teacher_forced": 1 + sum(e["accept"] for e in ev_before) / len(ev_before) if ev_before else None,
+                        "eval_tau_teacher_forced": teacher_forced_tau(ev_before),
                         "card": json.loads(prev.read_text()) if prev.is_file() else None}
     (out / "training.json").write_text(json.dumps(card, indent=2) + "\n")
     before = f" (the drafter it continued: {card['init']['eval_tau_teacher_forced']})" if init is not None else ""
@@ -333,6 +363,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--model", default=None, help="target model (default: the bundled SmolLM2-135M)")
     ap.add_argument("--device", default=None)
     ap.add_argument("--code-dir", default=None, help="Python sources (default: this interpreter's standard library)")
+    ap.add_argument("--extra-code-dir", default=None, help="more Python sources to draw from, e.g. site-packages (held out "
+                    "on their own: the --code-dir split does not move)")
+    ap.add_argument("--extra-code-files", type=int, default=800, help="at most this many files from --extra-code-dir")
     ap.add_argument("--prose-dir", default=None, help="prose texts (.txt/.rst/.md), e.g. /usr/share/doc/python3.11/html/_sources")
     ap.add_argument("--target-layers", default=None, help="comma-separated target layers to condition on (default: 1, n/2, n-2)")
     ap.add_argument("--layers", type=int, default=2)
