@@ -10,6 +10,8 @@
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade .whl/*.whl >/dev/null 2>&1
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 DSPARK_MODEL_CACHE=/root/devstage
+# the training features grow batch by batch: without this, 14,336 sequences hit fragmentation (38 GB reserved, unused)
+export PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}
 OUT=${OUT:-/tmp/out}; mkdir -p $OUT /tmp/prose
 tar -C /tmp/prose -xJf .traindata/prose.tar.xz
 timeout $(( ${BUDGET:-420} + 60 )) python3 -m engine.dspark.train --out $OUT/drafter --prose-dir /tmp/prose/_sources \
