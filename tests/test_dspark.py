@@ -141,6 +141,35 @@ def test_shipped_drafter_tau_on_code(engine):
     assert out.stats["tau"] >= 1.5, out.stats
 
 
+def test_a_window_long_prompt_fills_the_drafter_context_from_static_buffers_with_the_same_numbers(engine):
+    """A prompt at least a window long: its tail's drafter context is computed on static buffers (one
+    graph on CUDA, replacing ~40 eager launches). The K/V it leaves are the eager path's, bit for bit;
+    nothing lands outside the window; a shorter prompt takes the eager path; DSpark stays lossless."""
+    from engine.dspark.speculate import _graphs_for
+
+    window = 64
+    files = random_drafter(engine, seed=4, ffn_dim=96, markov_rank=16, window=window)
+    use_drafter(engine, files, SpecOptions(confidence_threshold=0.0))
+    ids = engine.tokenizer.encode(load_text("code"))[2000:2150]
+    s = engine.session(len(ids), 16, capture_layers=files.config.target_layers)
+    g = _graphs_for(engine, s)
+    assert g.ctx_rows is not None
+    with torch.inference_mode():
+        _, captured, _ = engine.prefill(s, ids)
+        for end in (len(ids), window, window - 24):
+            ref = DrafterRuntime(engine.model, files, s.capacity, s.io, s.state)
+            ref.prefill_context(captured, end)
+            g.rt.k.zero_()
+            g.rt.v.zero_()
+            g.prefill_context(captured, end)
+            lo = max(0, end - window)
+            assert torch.equal(g.rt.k[:, :, lo:end], ref.k[:, :, lo:end]) and g.rt.k[:, :, lo:end].any()
+            assert torch.equal(g.rt.v[:, :, lo:end], ref.v[:, :, lo:end])
+            assert not g.rt.k[:, :, :lo].any() and not g.rt.k[:, :, end:].any()
+    ar = engine.generate(ids, 16, stop_at_eos=False).tokens
+    assert engine.generate(ids, 16, dspark=True, stop_at_eos=False).tokens == ar
+
+
 def test_runtime_drafter_matches_training_module(engine):
     """The kernels' drafter (inference) computes what the module (training) defines."""
     files = random_drafter(engine, seed=3)

@@ -86,7 +86,10 @@ def test_captured_steps_do_not_read_the_device_on_the_host(triton_engine):
         s.io.set_rows([ids[-1]], len(ids))
         s.state.copy_(torch.tensor([1, len(ids), 0, 0, len(ids)]))
         hits = {}
-        for name, work in [("draft", rt.draft), ("ctx_update", rt.ctx_update)] + [
+        caps = torch.cat([t[0, -8:] for t in captured], dim=-1)
+        pos = torch.arange(len(ids) - 8, len(ids))
+        for name, work in [("draft", rt.draft), ("ctx_update", rt.ctx_update),
+                           ("prefill context rows", lambda: rt.context_rows(caps, pos))] + [
             (f"step m={m} + greedy commit", s.step(m, commit=True).fn) for m in range(1, STEP_ROWS)
         ] + [("step m=3, no commit", s.step(3, commit=False).fn)]:
             with HostSyncProbe() as probe:

@@ -180,12 +180,17 @@ class DrafterRuntime:
     def prefill_context(self, captured: list[torch.Tensor], end: int) -> None:
         """Context K/V for prompt positions [max(0, end - window), end) from the prefill's captured
         residuals (each [1, T, D]); plain torch ops over many rows, the same math as ctx_update."""
-        c = self.c
-        start = max(0, end - c.window)
+        start = max(0, end - self.c.window)
         caps = torch.cat([t[0, start:end] for t in captured], dim=-1)  # [n, slots*D]
+        self.context_rows(caps, torch.arange(start, end, device=caps.device))
+
+    def context_rows(self, caps: torch.Tensor, pos: torch.Tensor) -> None:
+        """The drafter's context K/V at positions `pos` ([n] int64, on the device) from the target's
+        residuals there (`caps` [n, slots*D]). Shapes fixed by n and positions read from a tensor, so
+        the speculation loop can capture it once for the window-long prompt tail (speculate._Graphs)."""
+        c = self.c
         feat = _rms(caps.to(self.fc.dtype).float() @ self.fc.float().t(), self.hidden_norm, c.norm_eps)
-        pos = torch.arange(start, end, device=feat.device)
-        cos, sin = self.cos[pos][:, None, :], self.sin[pos][:, None, :]
+        cos, sin = self.cos.index_select(0, pos)[:, None, :], self.sin.index_select(0, pos)[:, None, :]
         hd, kvh = c.head_dim, c.n_kv_heads
         for i, lw in enumerate(self.layers):
             kv = _rms(feat, lw.attn_norm, c.norm_eps).to(lw.wqkv.dtype).float() @ lw.wqkv[c.n_heads * hd :].float().t()
@@ -193,8 +198,8 @@ class DrafterRuntime:
             v = kv[:, kvh * hd :].reshape(-1, kvh, hd)
             half = hd // 2
             k = torch.cat((k[..., :half] * cos - k[..., half:] * sin, k[..., half:] * cos + k[..., :half] * sin), -1)
-            self.k[i][:, start:end] = k.transpose(0, 1).to(self.k.dtype)
-            self.v[i][:, start:end] = v.transpose(0, 1).to(self.v.dtype)
+            self.k[i].index_copy_(1, pos, k.transpose(0, 1).to(self.k.dtype))
+            self.v[i].index_copy_(1, pos, v.transpose(0, 1).to(self.v.dtype))
 
 
 def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:

@@ -172,3 +172,31 @@ def test_programmatic_dependent_launch_changes_no_bit(loaded, monkeypatch):
         monkeypatch.delenv("DSPARK_PDL")
         common._pdl_on.cache_clear()
     assert all(torch.equal(a, b) for a, b in zip(on[0], off[0])) and on[1] == off[1]
+
+
+@pytest.mark.parametrize("ctx", (1024, 4096, 7936))
+def test_captured_prefill_context_writes_what_the_eager_one_writes(engine, ctx):
+    """The drafter's context over a prompt's last window positions runs as one captured graph (static
+    buffers, positions from a tensor, captured before the prefill): the K/V it leaves are the eager
+    path's bit for bit, at every prompt length the bot scores, and nothing lands outside the window."""
+    from engine.dspark.speculate import _graphs_for
+
+    files = random_drafter(engine, seed=5)
+    use_drafter(engine, files, SpecOptions())
+    window = files.config.window
+    ids = random_ids(ctx, engine.config.vocab_size, seed=ctx + 7)
+    s = engine.session(len(ids), 64, capture_layers=files.config.target_layers)
+    g = _graphs_for(engine, s)
+    assert g.ctx_rows is not None and g.ctx_rows.graph is not None
+    with torch.inference_mode():
+        _, captured, _ = engine.prefill(s, ids)
+        ref = DrafterRuntime(engine.model, files, s.capacity, s.io, s.state)
+        ref.prefill_context(captured, len(ids))
+        g.rt.k.zero_()
+        g.rt.v.zero_()
+        g.prefill_context(captured, len(ids))
+        torch.cuda.synchronize()
+    lo = len(ids) - window
+    assert torch.equal(g.rt.k[:, :, lo : len(ids)], ref.k[:, :, lo : len(ids)])
+    assert torch.equal(g.rt.v[:, :, lo : len(ids)], ref.v[:, :, lo : len(ids)])
+    assert g.rt.k[:, :, lo : len(ids)].any() and not g.rt.k[:, :, :lo].any() and not g.rt.k[:, :, len(ids) :].any()

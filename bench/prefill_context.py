@@ -1,0 +1,92 @@
+"""The drafter's context over a prompt's last window positions (the DSpark-only part of a request's
+prefill): eager torch ops against the captured graph, in one process, per prompt length. Random weights in
+the bundled model's shape and a random drafter (speed does not depend on the values). Host-inclusive
+wall-clock times with the device synchronised, as a request sees them, median of --reps; then whole
+DSpark requests (the engine's own prefill clock, which includes this part) with each path, and their
+tokens against AR's. Prints JSON lines. Usage (GPU):
+  python bench/prefill_context.py [--contexts 1024,4096,7936] [--reps 50] [--requests 10]"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(_ROOT))
+sys.path.insert(0, str(_ROOT / "tests" / "gpu"))
+
+
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def _wall_ms(fn, reps: int) -> float:
+    times = []
+    for _ in range(reps):
+        _sync()
+        t0 = time.perf_counter()
+        fn()
+        _sync()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--contexts", default="1024,4096,7936")
+    ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--requests", type=int, default=10)
+    ap.add_argument("--new-tokens", type=int, default=256)
+    ap.add_argument("--device", default="cuda", help="cpu: a smoke run of this script (no timing worth reading)")
+    args = ap.parse_args()
+    from engine.dspark import SpecOptions, random_drafter, use_drafter
+    from engine.dspark.speculate import _graphs_for
+    from engine.generate import Engine
+    from harness.guard import guard_model
+    from models import MAX_SEQ, SMOLLM2_135M, random_ids
+
+    dev = torch.device(args.device)
+    loaded = guard_model(SMOLLM2_135M, dev, torch.bfloat16 if dev.type == "cuda" else torch.float32, MAX_SEQ, seed=1234)
+    engine = Engine(loaded=loaded, device=args.device)
+    files = random_drafter(engine, seed=5)
+    use_drafter(engine, files, SpecOptions())
+    for ctx in (int(c) for c in args.contexts.split(",")):
+        ids = random_ids(ctx, loaded.config.vocab_size, seed=ctx)
+        s = engine.session(len(ids), args.new_tokens, capture_layers=files.config.target_layers)
+        g = _graphs_for(engine, s)
+        with torch.inference_mode():
+            for _ in range(3):  # the prompt length's prefill graph is captured on its second sight
+                _, captured, prefill_s = engine.prefill(s, ids)
+            eager = _wall_ms(lambda: g.rt.prefill_context(captured, ctx), args.reps)
+            graphed = _wall_ms(lambda: g.prefill_context(captured, ctx), args.reps)
+            target_ms = _wall_ms(lambda: engine.prefill(s, ids), args.reps)
+        ar = engine.generate(ids, args.new_tokens, stop_at_eos=False).tokens
+        rows = {}
+        keep = g.ctx_rows
+        for label, rows_graph in (("eager", None), ("graph", keep), ("eager", None), ("graph", keep)):
+            g.ctx_rows = rows_graph
+            for _ in range(args.requests):
+                r = engine.generate(ids, args.new_tokens, dspark=True, stop_at_eos=False)
+                rows.setdefault(label, []).append((r.prefill_s * 1e3, r.tokens == ar))
+        g.ctx_rows = keep
+        print(json.dumps({
+            "ctx": ctx, "random_weights": True, "window": files.config.window,
+            "context_ms_eager": round(eager, 3), "context_ms_graph": round(graphed, 3),
+            "target_prefill_ms": round(target_ms, 3),
+            "dspark_request_prefill_ms_eager": round(statistics.median(p for p, _ in rows["eager"]), 3),
+            "dspark_request_prefill_ms_graph": round(statistics.median(p for p, _ in rows["graph"]), 3),
+            "requests_per_path": len(rows["graph"]),
+            "lossless": {k: sum(ok for _, ok in v) for k, v in rows.items()},
+        }), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
