@@ -4,7 +4,7 @@ the bundled model's shape and a random drafter (speed does not depend on the val
 wall-clock times with the device synchronised, as a request sees them, median of --reps; then whole
 DSpark requests (the engine's own prefill clock, which includes this part) with each path, and their
 tokens against AR's. Prints JSON lines. Usage (GPU):
-  python bench/prefill_context.py [--contexts 1024,4096,7936] [--reps 50] [--requests 10]"""
+  python bench/prefill_context.py [--contexts 1024,4096,7936] [--reps 50] [--requests 10] [--profile]"""
 
 from __future__ import annotations
 
@@ -44,6 +44,7 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--requests", type=int, default=10)
     ap.add_argument("--new-tokens", type=int, default=256)
+    ap.add_argument("--profile", action="store_true", help="also the top CUDA kernels of one eager target prefill per context")
     ap.add_argument("--device", default="cuda", help="cpu: a smoke run of this script (no timing worth reading)")
     args = ap.parse_args()
     from engine.dspark import SpecOptions, random_drafter, use_drafter
@@ -85,6 +86,18 @@ def main() -> int:
             "requests_per_path": len(rows["graph"]),
             "lossless": {k: sum(ok for _, ok in v) for k, v in rows.items()},
         }), flush=True)
+        if args.profile and dev.type == "cuda":  # where the target's own prefill spends its device time
+            try:
+                tokens = torch.tensor([ids], device=dev)
+                with torch.inference_mode(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                    engine.model.forward_full(tokens, s.cache, 0, files.config.target_layers, logits="last")
+                    torch.cuda.synchronize()
+                top = sorted(prof.key_averages(), key=lambda e: -e.device_time_total)[:12]
+                print(json.dumps({"ctx": ctx, "eager_target_prefill_top_kernels_us": [
+                    {"name": e.key[:90], "calls": e.count, "us": round(e.device_time_total, 1)} for e in top],
+                    "device_us_total": round(sum(e.device_time_total for e in prof.key_averages()), 1)}), flush=True)
+            except Exception as exc:  # a profiler problem must not cost the figures above
+                print(json.dumps({"ctx": ctx, "profile_error": str(exc)[:200]}), flush=True)
     return 0
 
 
