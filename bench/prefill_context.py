@@ -64,7 +64,7 @@ def main() -> int:
         g = _graphs_for(engine, s)
         with torch.inference_mode():
             for _ in range(3):  # the prompt length's prefill graph is captured on its second sight
-                _, captured, prefill_s = engine.prefill(s, ids)
+                _, captured, _ = engine.prefill(s, ids)
             eager = _wall_ms(lambda: g.rt.prefill_context(captured, ctx), args.reps)
             graphed = _wall_ms(lambda: g.prefill_context(captured, ctx), args.reps)
             target_ms = _wall_ms(lambda: engine.prefill(s, ids), args.reps)
