@@ -19,14 +19,15 @@ import torch
 import torch.nn.functional as F
 
 from engine.config import ModelConfig
-from engine.rope import apply_rope, rope_tables
+from engine.rope import rope_tables
 from kernels.decode_attention import AttentionWorkspace, attention_reference, attention_triton, default_split
 from kernels.embedding import embedding_reference, embedding_triton
 from kernels.fused_linear import fused_linear_reference, fused_linear_triton
 from kernels.greedy_commit import greedy_commit_reference, greedy_commit_triton
 from kernels.persistent_step import PersistentBuffers, check_persistent, persistent_step_triton
 from kernels.qkv_rope import qkv_rope_reference, qkv_rope_triton
-from kernels.rmsnorm import rmsnorm_reference, rmsnorm_triton
+from kernels.prefill import rope_prefill_reference, rope_prefill_triton, silu_mul_reference, silu_mul_triton
+from kernels.rmsnorm import add_rmsnorm_triton, rmsnorm_reference, rmsnorm_triton
 
 STEP_ROWS = 8  # 1 committed token + up to 6 drafts, padded to 8 on the CPU path
 
@@ -95,6 +96,9 @@ class Transformer:
         self.device = torch.device(device)
         self.dtype = dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
         self.ops = Ops(backend or ("triton" if self.device.type == "cuda" else "torch"))
+        # forward_full's elementwise work through kernels/prefill.py (one launch each) instead of torch ops:
+        # on CUDA; on the CPU the references, unless a test asks for the kernels under the interpreter.
+        self.prefill_kernels = self.device.type == "cuda"
         cv = lambda t: t.to(device=self.device, dtype=self.dtype).contiguous()  # noqa: E731
         f32 = lambda t: t.to(device=self.device, dtype=torch.float32).contiguous()  # noqa: E731
         self.embed = cv(weights["embed"])
@@ -166,6 +170,14 @@ class Transformer:
             return rmsnorm_triton(x, w, self.config.norm_eps, out_dtype=out_dtype)
         return rmsnorm_reference(x, w, self.config.norm_eps, out_dtype=out_dtype)
 
+    def _add_norm(self, x: torch.Tensor, y: torch.Tensor, w: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The residual stream after a sublayer's output y (float32), and the next sublayer's input
+        (None after the last layer: the final norm may take only the last row)."""
+        if w is not None and self.prefill_kernels:
+            return add_rmsnorm_triton(x, y, w, self.config.norm_eps, out_dtype=self.dtype)
+        x = x + y.float()
+        return x, self._norm(x, w, self.dtype) if w is not None else None
+
     # -- many tokens at once (prefill, scoring, training) ----------------------------------------
     def forward_full(
         self,
@@ -182,30 +194,22 @@ class Transformer:
         b, t = tokens.shape
         end = start + t
         self.ensure_rope(end)
+        fused = self.prefill_kernels
         x = self.embed[tokens].float()  # [B, T, D] residual stream in float32
-        cos = self.cos[start:end]
-        sin = self.sin[start:end]
         captured: list[torch.Tensor] = []
         want = set(capture_layers)
+        n = len(self.layers)
+        h = self._norm(x, self.layers[0].attn_norm, self.dtype) if n else None
         for i, lw in enumerate(self.layers):
-            h = self._norm(x, lw.attn_norm, self.dtype)
             qkv = F.linear(h, lw.wqkv, lw.bqkv)
-            q, k, v = qkv.split([c.q_dim, c.kv_dim, c.kv_dim], dim=-1)
-            q = q.reshape(b, t, c.n_heads, c.head_dim)
-            k = k.reshape(b, t, c.n_kv_heads, c.head_dim)
-            v = v.reshape(b, t, c.n_kv_heads, c.head_dim)
-            if c.qk_norm:
-                q = rmsnorm_reference(q, lw.q_norm, c.norm_eps, out_dtype=self.dtype)
-                k = rmsnorm_reference(k, lw.k_norm, c.norm_eps, out_dtype=self.dtype)
-            q = apply_rope(q, cos, sin)
-            k = apply_rope(k, cos, sin)
+            dst = (cache.k[i, :b], cache.v[i, :b]) if cache is not None else (None, None)
+            rope = rope_prefill_triton if fused else rope_prefill_reference
+            q, k, v = rope(qkv, self.cos, self.sin, start, c.n_heads, c.n_kv_heads, c.head_dim, lw.q_norm, lw.k_norm,
+                           c.norm_eps, *dst)
             q, k, v = (z.transpose(1, 2) for z in (q, k, v))  # [B, heads, T, D]
-            if cache is not None:
-                cache.k[i, :b, :, start:end] = k
-                cache.v[i, :b, :, start:end] = v
-                if start > 0:
-                    k = cache.k[i, :b, :, :end]
-                    v = cache.v[i, :b, :, :end]
+            if cache is not None and start > 0:
+                k = cache.k[i, :b, :, :end]
+                v = cache.v[i, :b, :, :end]
             if start == 0:
                 o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
             elif t == 1:  # one new token sees the whole cached prefix: no mask, so the fast kernels apply
@@ -215,9 +219,10 @@ class Transformer:
                 mask = torch.arange(end, device=self.device)[None, :] <= qpos[:, None]
                 o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
             o = o.transpose(1, 2).reshape(b, t, c.q_dim)
-            x = x + F.linear(o, lw.wo).float()
-            h = self._norm(x, lw.ffn_norm, self.dtype)
-            x = x + F.linear(F.silu(F.linear(h, lw.w_gate)) * F.linear(h, lw.w_up), lw.w_down).float()
+            x, h = self._add_norm(x, F.linear(o, lw.wo), lw.ffn_norm)
+            gate, up = F.linear(h, lw.w_gate), F.linear(h, lw.w_up)
+            act = silu_mul_triton(gate, up) if fused else silu_mul_reference(gate, up)
+            x, h = self._add_norm(x, F.linear(act, lw.w_down), self.layers[i + 1].attn_norm if i + 1 < n else None)
             if i in want:
                 captured.append(x)
         if logits == "none":

@@ -61,12 +61,3 @@ def rope_tables(head_dim: int, theta: float, scaling: RopeScaling, max_positions
     sin = (angles.sin() * attention_factor).to(torch.float32)
     return cos.to(device), sin.to(device)
 
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x [..., T, heads, head_dim]; cos/sin [T, head_dim/2] already gathered at the tokens' positions."""
-    half = x.shape[-1] // 2
-    x1, x2 = x[..., :half].float(), x[..., half:].float()
-    c = cos[:, None, :]
-    s = sin[:, None, :]
-    out = torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
-    return out.to(x.dtype)

@@ -14,7 +14,9 @@ from kernels.embedding import embedding_reference, embedding_triton
 from kernels.fused_linear import fused_linear_reference, fused_linear_triton
 from kernels.greedy_commit import greedy_commit_reference, greedy_commit_triton
 from kernels.qkv_rope import qkv_rope_reference, qkv_rope_triton
-from kernels.rmsnorm import rmsnorm_reference, rmsnorm_triton
+from kernels.prefill import (rope_prefill_reference, rope_prefill_triton, silu_mul_reference,
+                             silu_mul_triton)
+from kernels.rmsnorm import add_rmsnorm_reference, add_rmsnorm_triton, rmsnorm_reference, rmsnorm_triton
 from kernels import tuning
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
@@ -48,6 +50,73 @@ def test_rmsnorm(dtype, n, gen):
     w = randn(n, g=gen) + 1.0
     assert rel_err(rmsnorm_triton(x, w, 1e-5), rmsnorm_reference(x, w, 1e-5)) < bound(dtype)
 
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [64, 576])
+def test_add_rmsnorm(dtype, n, gen):
+    """The prefill's residual add and next norm in one launch: the sum is one float32 add, and the norm
+    is the norm kernel's own arithmetic, bit for bit."""
+    x = randn(2, 5, n, g=gen)
+    y = randn(2, 5, n, g=gen, dtype=dtype)
+    w = randn(n, g=gen) + 1.0
+    s, h = add_rmsnorm_triton(x, y, w, 1e-5, out_dtype=dtype)
+    s_ref, h_ref = add_rmsnorm_reference(x, y, w, 1e-5, out_dtype=dtype)
+    assert s.dtype == torch.float32 and h.dtype == dtype and s.shape == h.shape == x.shape
+    assert torch.equal(s, s_ref)
+    assert torch.equal(h, rmsnorm_triton(s_ref, w, 1e-5, out_dtype=dtype))
+    assert rel_err(h, h_ref) < bound(dtype)
+    with pytest.raises(ValueError, match="shapes differ"):
+        add_rmsnorm_triton(x, y[:, :4], w, 1e-5)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("heads,kv_heads,head_dim,qk_norm", [(9, 3, 64, False), (4, 2, 32, False), (6, 2, 128, True)])
+@pytest.mark.parametrize("start", [0, 5])
+def test_rope_prefill(dtype, heads, kv_heads, head_dim, qk_norm, start, gen):
+    """RoPE over a whole prompt and its cache writes in one launch. Without the per-head norm it is the
+    reference's float32 operations in the same order, so the same bits (on CUDA too: no FMA; the CPU
+    interpreter rounds float32 to bfloat16 its own way, so there bfloat16 agrees to rounding)."""
+    b, t, cap = 2, 70, 90  # 70 tokens: more than one token block, not a multiple of it
+    qkv = randn(b, t, (heads + 2 * kv_heads) * head_dim, g=gen, dtype=dtype)
+    qn = randn(head_dim, g=gen) * 0.1 + 1.0 if qk_norm else None
+    kn = randn(head_dim, g=gen) * 0.1 + 1.0 if qk_norm else None
+    cos, sin = rope_tables(head_dim, 10000.0, RopeScaling(), cap, DEV)
+    caches = [randn(b, kv_heads, cap, head_dim, g=gen, dtype=dtype) for _ in range(2)]
+    k1, v1 = caches[0].clone(), caches[1].clone()
+    k2, v2 = caches[0].clone(), caches[1].clone()
+    args = (cos, sin, start, heads, kv_heads, head_dim, qn, kn, 1e-6)
+    want = rope_prefill_reference(qkv, *args, k1, v1)
+    got = rope_prefill_triton(qkv, *args, k2, v2)
+    alone = rope_prefill_triton(qkv, *args)  # no cache to write
+    exact = not qk_norm and (DEV == "cuda" or dtype == torch.float32)
+    for g_, w_, a_ in zip(got, want, alone):
+        assert g_.shape == w_.shape and torch.equal(g_, a_)
+        assert torch.equal(g_, w_) if exact else rel_err(g_, w_) < bound(dtype)
+    assert torch.equal(k2, k1) if exact else rel_err(k2, k1) < bound(dtype)
+    assert torch.equal(v2, v1)
+    outside = torch.ones(cap, dtype=torch.bool, device=DEV)
+    outside[start : start + t] = False
+    assert torch.equal(k2[:, :, outside], caches[0][:, :, outside])  # only the prompt's positions written
+    assert torch.equal(v2[:, :, outside], caches[1][:, :, outside])
+    with pytest.raises(ValueError, match="RoPE tables hold"):
+        rope_prefill_triton(qkv, cos[:40], sin[:40], start, heads, kv_heads, head_dim, qn, kn, 1e-6)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_silu_mul(dtype, gen):
+    """SwiGLU's product in one launch; on CUDA torch's bits (the accurate exp, IEEE division)."""
+    gate = randn(3, 1000, g=gen, dtype=dtype, scale=4.0)
+    up = randn(3, 1000, g=gen, dtype=dtype)
+    got = silu_mul_triton(gate, up)
+    want = silu_mul_reference(gate, up)
+    assert got.dtype == dtype and got.shape == gate.shape
+    if DEV == "cuda":
+        assert torch.equal(got, want)
+    else:
+        assert rel_err(got, want) < bound(dtype)
+    with pytest.raises(ValueError, match="silu_mul"):
+        silu_mul_triton(gate, up.t())
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("m,k,n", [(1, 64, 32), (7, 96, 72), (16, 576, 200), (3, 130, 33)])

@@ -90,6 +90,31 @@ def test_step_rows_are_batch_invariant(backend):
         assert torch.equal(run_steps(model, tokens, 10, rows), one), rows
 
 
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16] if DEV == "cuda" else [torch.float32])
+def test_prefill_kernels_compute_what_the_torch_ops_compute(arch, dtype):
+    """forward_full with its elementwise work fused (kernels/prefill.py, add_rmsnorm; the CUDA default)
+    against the torch ops they replace: logits, captured residuals and the KV cache, for a batch of
+    two prompts and then a continuation at start > 0. On CUDA without the per-head norm the same bits;
+    with it (Qwen3), and interpreted on the CPU (whose torch path uses the norm's reference, and numpy's
+    exp), the same to rounding."""
+    c = tiny_config(arch)
+    model = Transformer(c, random_weights(c, 6), DEV, dtype)
+    tokens = torch.randint(0, c.vocab_size, (2, 40), generator=torch.Generator().manual_seed(7)).to(DEV)
+    runs = []
+    for fused in (False, True):
+        model.prefill_kernels = fused
+        cache = model.new_cache(64, batch=2)
+        first, caps = model.forward_full(tokens[:, :30], cache, capture_layers=(0, 1), logits="all")
+        more, _ = model.forward_full(tokens[:, 30:], cache, start=30, logits="all")
+        runs.append([first, *caps, more, cache.k, cache.v])
+    for want, got in zip(*runs):
+        if c.qk_norm or DEV != "cuda":
+            assert (got.float() - want.float()).abs().max().item() < (1e-4 if dtype == torch.float32 else 5e-2)
+        else:
+            assert torch.equal(got, want)
+
 def test_step_captures_requested_layers():
     c = tiny_config("llama", n_layers=3)
     w = random_weights(c)

@@ -159,9 +159,7 @@ class _Graphs:
         if self.ctx_rows is None or end < n:
             self.rt.prefill_context(captured, end)
             return
-        d = captured[0].shape[-1]
-        for j, t in enumerate(captured):
-            self.ctx_caps[:, j * d : (j + 1) * d].copy_(t[0, end - n : end])
+        torch.cat([t[0, end - n : end] for t in captured], dim=-1, out=self.ctx_caps)
         torch.arange(end - n, end, out=self.ctx_pos)
         self.ctx_rows()
 
