@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import time
 
 import torch
 
@@ -40,6 +41,23 @@ def time_graph(fn, replays: int = 200, batches: int = 5) -> float:
         torch.cuda.synchronize()
         times.append(a.elapsed_time(b) * 1000 / replays)
     del g
+    return statistics.median(times)
+
+
+def wall_ms(fn, reps: int) -> float:
+    """Host-inclusive milliseconds of `fn()` with the device synchronised before and after (what a
+    request sees), median of `reps` calls."""
+    def sync() -> None:
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+
+    times = []
+    for _ in range(reps):
+        sync()
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(times)
 
 

@@ -12,7 +12,6 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -21,21 +20,7 @@ _ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(_ROOT))
 sys.path.insert(0, str(_ROOT / "tests" / "gpu"))
 
-
-def _sync() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-
-
-def _wall_ms(fn, reps: int) -> float:
-    times = []
-    for _ in range(reps):
-        _sync()
-        t0 = time.perf_counter()
-        fn()
-        _sync()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+from gpu_timing import wall_ms  # noqa: E402
 
 
 def main() -> int:
@@ -65,9 +50,9 @@ def main() -> int:
         with torch.inference_mode():
             for _ in range(3):  # the prompt length's prefill graph is captured on its second sight
                 _, captured, _ = engine.prefill(s, ids)
-            eager = _wall_ms(lambda: g.rt.prefill_context(captured, ctx), args.reps)
-            graphed = _wall_ms(lambda: g.prefill_context(captured, ctx), args.reps)
-            target_ms = _wall_ms(lambda: engine.prefill(s, ids), args.reps)
+            eager = wall_ms(lambda: g.rt.prefill_context(captured, ctx), args.reps)
+            graphed = wall_ms(lambda: g.prefill_context(captured, ctx), args.reps)
+            target_ms = wall_ms(lambda: engine.prefill(s, ids), args.reps)
         ar = engine.generate(ids, args.new_tokens, stop_at_eos=False).tokens
         rows = {}
         keep = g.ctx_rows

@@ -13,7 +13,6 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -22,21 +21,7 @@ _ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(_ROOT))
 sys.path.insert(0, str(_ROOT / "tests" / "gpu"))
 
-
-def _sync() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-
-
-def _wall_ms(fn, reps: int) -> float:
-    times = []
-    for _ in range(reps):
-        _sync()
-        t0 = time.perf_counter()
-        fn()
-        _sync()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+from gpu_timing import wall_ms  # noqa: E402
 
 
 def _top_kernels(model, tokens, cache, layers) -> dict:
@@ -84,7 +69,7 @@ def main() -> int:
             with torch.inference_mode():
                 for _ in range(3):  # captured on its second sight, replayed from the third
                     logits, caps, _ = engine.prefill(s, ids)
-                times.setdefault(label, []).append(_wall_ms(lambda: engine.prefill(s, ids), args.reps))
+                times.setdefault(label, []).append(wall_ms(lambda: engine.prefill(s, ids), args.reps))
                 state.setdefault(label, (logits.clone(), [c.clone() for c in caps], s.cache.k[:, :, :, :ctx].clone(),
                                          s.cache.v[:, :, :, :ctx].clone()))
             if label not in streams:  # requests of this length share session s, so this path's prefill
