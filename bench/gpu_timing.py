@@ -61,6 +61,23 @@ def wall_ms(fn, reps: int) -> float:
     return statistics.median(times)
 
 
+def random_bundled_engine(device: str):
+    """(engine, drafter files): random weights in the bundled model's shape (bf16 on CUDA, float32 on the
+    CPU) and a random drafter attached, what the prefill benches time (speed does not depend on the
+    values). Needs tests/gpu on sys.path (its models.py)."""
+    from engine.dspark import SpecOptions, random_drafter, use_drafter
+    from engine.generate import Engine
+    from harness.guard import guard_model
+    from models import MAX_SEQ, SMOLLM2_135M
+
+    dev = torch.device(device)
+    loaded = guard_model(SMOLLM2_135M, dev, torch.bfloat16 if dev.type == "cuda" else torch.float32, MAX_SEQ, seed=1234)
+    engine = Engine(loaded=loaded, device=device)
+    files = random_drafter(engine, seed=5)
+    use_drafter(engine, files, SpecOptions())
+    return engine, files
+
+
 def set_switch(var: str, on: bool) -> None:
     """Kernel feature `var` on (`var=1`) or off (`var=0`) for the launches and captures that follow;
     a checkout whose kernels lack the switch is left as it is."""

@@ -20,7 +20,7 @@ _ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(_ROOT))
 sys.path.insert(0, str(_ROOT / "tests" / "gpu"))
 
-from gpu_timing import wall_ms  # noqa: E402
+from gpu_timing import random_bundled_engine, wall_ms  # noqa: E402
 
 
 def main() -> int:
@@ -32,19 +32,13 @@ def main() -> int:
     ap.add_argument("--profile", action="store_true", help="also the top CUDA kernels of one eager target prefill per context")
     ap.add_argument("--device", default="cuda", help="cpu: a smoke run of this script (no timing worth reading)")
     args = ap.parse_args()
-    from engine.dspark import SpecOptions, random_drafter, use_drafter
     from engine.dspark.speculate import _graphs_for
-    from engine.generate import Engine
-    from harness.guard import guard_model
-    from models import MAX_SEQ, SMOLLM2_135M, random_ids
+    from models import random_ids
 
     dev = torch.device(args.device)
-    loaded = guard_model(SMOLLM2_135M, dev, torch.bfloat16 if dev.type == "cuda" else torch.float32, MAX_SEQ, seed=1234)
-    engine = Engine(loaded=loaded, device=args.device)
-    files = random_drafter(engine, seed=5)
-    use_drafter(engine, files, SpecOptions())
+    engine, files = random_bundled_engine(args.device)
     for ctx in (int(c) for c in args.contexts.split(",")):
-        ids = random_ids(ctx, loaded.config.vocab_size, seed=ctx)
+        ids = random_ids(ctx, engine.config.vocab_size, seed=ctx)
         s = engine.session(len(ids), args.new_tokens, capture_layers=files.config.target_layers)
         g = _graphs_for(engine, s)
         with torch.inference_mode():

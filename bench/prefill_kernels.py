@@ -21,7 +21,7 @@ _ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(_ROOT))
 sys.path.insert(0, str(_ROOT / "tests" / "gpu"))
 
-from gpu_timing import wall_ms  # noqa: E402
+from gpu_timing import random_bundled_engine, wall_ms  # noqa: E402
 
 
 def _top_kernels(model, tokens, cache, layers) -> dict:
@@ -43,20 +43,14 @@ def main() -> int:
     ap.add_argument("--profile", action="store_true", help="also the top CUDA kernels of one eager prefill per path")
     ap.add_argument("--device", default="cuda", help="cpu: a smoke run of this script (no timing worth reading)")
     args = ap.parse_args()
-    from engine.dspark import SpecOptions, random_drafter, use_drafter
-    from engine.generate import Engine
-    from harness.guard import guard_model
-    from models import MAX_SEQ, SMOLLM2_135M, random_ids
+    from models import random_ids
 
     dev = torch.device(args.device)
-    loaded = guard_model(SMOLLM2_135M, dev, torch.bfloat16 if dev.type == "cuda" else torch.float32, MAX_SEQ, seed=1234)
-    engine = Engine(loaded=loaded, device=args.device)
-    files = random_drafter(engine, seed=5)
-    use_drafter(engine, files, SpecOptions())
+    engine, files = random_bundled_engine(args.device)
     model = engine.model
     layers = files.config.target_layers
     for ctx in (int(c) for c in args.contexts.split(",")):
-        ids = random_ids(ctx, loaded.config.vocab_size, seed=ctx + 1)
+        ids = random_ids(ctx, engine.config.vocab_size, seed=ctx + 1)
         s = engine.session(len(ids), args.new_tokens, capture_layers=layers)
         times: dict[str, list[float]] = {}
         state = {}
@@ -70,8 +64,9 @@ def main() -> int:
                 for _ in range(3):  # captured on its second sight, replayed from the third
                     logits, caps, _ = engine.prefill(s, ids)
                 times.setdefault(label, []).append(wall_ms(lambda: engine.prefill(s, ids), args.reps))
-                state.setdefault(label, (logits.clone(), [c.clone() for c in caps], s.cache.k[:, :, :, :ctx].clone(),
-                                         s.cache.v[:, :, :, :ctx].clone()))
+                if label not in state:  # what this path leaves, from its first pass
+                    state[label] = (logits.clone(), [c.clone() for c in caps], s.cache.k[:, :, :, :ctx].clone(),
+                                    s.cache.v[:, :, :, :ctx].clone())
             if label not in streams:  # requests of this length share session s, so this path's prefill
                 streams[label] = (engine.generate(ids, args.new_tokens, stop_at_eos=False).tokens,
                                   engine.generate(ids, args.new_tokens, dspark=True, stop_at_eos=False).tokens)
