@@ -120,3 +120,20 @@ def test_torch_has_no_upper_cap():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     (torch,) = [spec for spec in project["dependencies"] if spec.startswith("torch")]
     assert "<" not in torch and ">=" in torch  # a box with a newer release keeps it (tests/gpu says whether it works)
+
+
+def test_no_other_distribution_ships_a_top_level_package_of_ours():
+    """This project's top-level packages (engine, evalbot, harness, kernels) must be the only ones of
+    those names in the environment. Hugging Face's `kernels` distribution (required by transformers
+    5.25) is one: transformers then imports this repo's kernels/ in its place and every parity test
+    fails with an ImportError far from the cause (CI, 2026-12-03). pyproject caps transformers below it."""
+    import importlib.metadata as md
+
+    ours = {"engine", "evalbot", "harness", "kernels"}
+    others = {
+        top: sorted(d for d in dists if d.lower().replace("_", "-") != "dspark-evalbot")
+        for top, dists in md.packages_distributions().items()
+        if top in ours
+    }
+    clashes = {top: dists for top, dists in others.items() if dists}
+    assert not clashes, f"installed distributions that ship a package named like one of ours: {clashes}"
