@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import tokenizers
 from tokenizers import decoders, models, pre_tokenizers, trainers
@@ -15,6 +17,53 @@ _TINY_CORPUS = [
     "Héllo wörld, naïve café. 日本語のテキスト. Ελληνικά. 🙂🚀",
     "the theory of the thing that they thought through\n\n\tindented\ttabs  and  spaces ",
 ] * 20
+
+
+def _patch_the_interpreter_once_per_launch() -> None:
+    """Triton's interpreter re-patches triton.language (inspect.getmembers over tl, tl.tensor, tl.math,
+    ...) on every call of a device function, not only at each launch; our kernels call helpers (mma,
+    linear_tile, ...) inside their loops, so that is about a third of every interpreted test's time.
+    Within one launch a module (tl, or tl.core for triton's own helpers such as tl.zeros) needs patching
+    once: a device function whose modules are all patched already skips it. What is patched and when it
+    is restored is otherwise upstream's. Tests only: the CPU engine runs the torch references, and this
+    never runs on CUDA. Left alone where triton's internals differ."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        return
+    try:
+        import triton.language as tl
+        from triton.runtime import interpreter as interp
+    except ImportError:
+        return
+    launch = getattr(interp.GridExecutor, "__call__", None)
+    patch = getattr(interp, "_patch_lang", None)
+    if not (launch and patch and hasattr(interp, "_LangPatchScope")) or getattr(patch, "_dspark_once", False):
+        return
+    patched: list[set[int]] = []  # per active launch: the language modules patched in it
+
+    def patch_lang(fn):
+        langs = {id(v) for v in fn.__globals__.values() if v is tl or v is tl.core}
+        if patched and langs and langs <= patched[-1]:
+            return interp._LangPatchScope()  # nothing recorded: nothing to restore
+        scope = patch(fn)
+        if patched:
+            patched[-1] |= langs
+        return scope
+
+    def launch_call(self, *args, **kwargs):
+        patched.append(set())
+        try:
+            return launch(self, *args, **kwargs)
+        finally:
+            patched.pop()
+
+    patch_lang._dspark_once = True
+    interp._patch_lang = patch_lang
+    interp.GridExecutor.__call__ = launch_call
+
+
+import kernels  # noqa: E402  (sets TRITON_INTERPRET=1 where there is no GPU)
+
+_patch_the_interpreter_once_per_launch()
 
 
 @pytest.fixture(scope="session")
