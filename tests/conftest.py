@@ -8,6 +8,8 @@ import pytest
 import tokenizers
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
+import kernels  # noqa: F401  (sets TRITON_INTERPRET=1 where there is no GPU, before the patch below)
+
 TINY_SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 _TINY_CORPUS = [
@@ -60,8 +62,6 @@ def _patch_the_interpreter_once_per_launch() -> None:
     interp._patch_lang = patch_lang
     interp.GridExecutor.__call__ = launch_call
 
-
-import kernels  # noqa: E402  (sets TRITON_INTERPRET=1 where there is no GPU)
 
 _patch_the_interpreter_once_per_launch()
 

@@ -123,17 +123,15 @@ def test_torch_has_no_upper_cap():
 
 
 def test_no_other_distribution_ships_a_top_level_package_of_ours():
-    """This project's top-level packages (engine, evalbot, harness, kernels) must be the only ones of
-    those names in the environment. Hugging Face's `kernels` distribution (required by transformers
-    5.25) is one: transformers then imports this repo's kernels/ in its place and every parity test
-    fails with an ImportError far from the cause (CI, 2026-12-03). pyproject caps transformers below it."""
+    """This project's top-level packages (pyproject's packages.find) must be the only ones of those names
+    in the environment. Hugging Face's `kernels` distribution (required by transformers 5.25) is one:
+    transformers then imports this repo's kernels/ in its place and every parity test fails with an
+    ImportError far from the cause (CI, 2026-12-03). pyproject caps transformers below it."""
     import importlib.metadata as md
 
-    ours = {"engine", "evalbot", "harness", "kernels"}
-    others = {
-        top: sorted(d for d in dists if d.lower().replace("_", "-") != "dspark-evalbot")
-        for top, dists in md.packages_distributions().items()
-        if top in ours
-    }
-    clashes = {top: dists for top, dists in others.items() if dists}
+    find = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    ours = {pattern.rstrip("*") for pattern in find["include"]}
+    assert "kernels" in ours
+    clashes = {top: sorted(set(dists)) for top, dists in md.packages_distributions().items()
+               if top in ours and {d.lower().replace("_", "-") for d in dists} - {"dspark-evalbot"}}
     assert not clashes, f"installed distributions that ship a package named like one of ours: {clashes}"
