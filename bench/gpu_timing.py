@@ -89,15 +89,16 @@ def set_switch(var: str, on: bool) -> None:
         cached.cache_clear()
 
 
-def step_us(model, ctx: int, rows: int, replays: int = 200) -> float:
+def step_us(model, ctx: int, rows: int, replays: int = 200, split: int | None = None) -> float:
     """Microseconds per replay of `model`'s captured step (every layer's kernels and the LM head) for
-    `rows` rows at positions ctx.., in a fresh cache sized for ctx + 320. engine.model is imported here,
-    after the bench has put the checkout it times first on sys.path (bench/step_sweep.py --tree)."""
+    `rows` rows at positions ctx.., in a fresh cache sized for ctx + 320. `split`: keys per attention
+    split (None: the engine's default_split). engine.model is imported here, after the bench has put
+    the checkout it times first on sys.path (bench/step_sweep.py --tree)."""
     from engine.model import StepIO
 
     cap = -(-(ctx + 256 + 64) // 1024) * 1024
     cache = model.new_cache(cap)
-    io = StepIO(model, cap)
+    io = StepIO(model, cap, split=split)
     io.set_rows(list(range(1000, 1000 + rows)), ctx)
     us = time_graph(lambda: model.step(io, rows, cache), replays)
     del cache, io

@@ -10,6 +10,8 @@ the values, so nothing needs staging). Prints JSON lines.
 - --sweep: coordinate descent at the last context, 1 row: each kind's candidates in turn, the best
   kept, then the table and the best found, side by side at every context. The last line is the best
   table, ready for kernels/tuning.py.
+- --attn-splits 0,128,256: the step (1 and 7 rows) at each context with each number of keys per attention
+  split (0: default_split), two passes, splits alternating.
 - --tree PATH: import engine/ and kernels/ from another checkout (the previous main), to time its
   step with this same clock.
 
@@ -40,6 +42,9 @@ def _args():
                     help="also each step kernel alone: one launch per layer in one graph, microseconds per launch")
     ap.add_argument("--kinds", default=None, help="with --sweep: only these kernels (comma-separated names of SHAPES)")
     ap.add_argument("--prefetch-off", action="store_true", help="also every figure with DSPARK_L2_PREFETCH=0")
+    ap.add_argument("--attn-splits", default=None,
+                    help="only the step at each context and row count with these keys per attention split "
+                    "(comma-separated; 0 = default_split), each split's pass after the other, twice")
     return ap.parse_args()
 
 
@@ -132,6 +137,19 @@ def main() -> int:
     tree = str(ARGS.tree or "this tree")
     if ARGS.table:
         load_table(ARGS.table)
+    if ARGS.attn_splits:
+        from kernels.decode_attention import default_split
+
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
+        for rep in range(2):
+            for split in (int(v) for v in ARGS.attn_splits.split(",")):
+                for ctx in contexts:
+                    cap = -(-(ctx + 256 + 64) // 1024) * 1024
+                    s = split or default_split(cap, loaded.config.n_kv_heads, sms)
+                    for rows in (1, 7):
+                        emit(tree=tree, rep=rep, attn_split=s, default=not split, ctx=ctx, rows=rows,
+                             us=step_us(model, ctx, rows, ARGS.replays, split=s))
+        return 0
     if not ARGS.sweep:
         for pdl, pf in ((True, True), (False, True)) + (((True, False),) if ARGS.prefetch_off else ()):
             set_switch("DSPARK_PDL", pdl)
