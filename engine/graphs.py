@@ -2,9 +2,27 @@
 
 from __future__ import annotations
 
-from typing import Callable
+import gc
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 import torch
+
+
+@contextmanager
+def no_automatic_gc() -> Iterator[None]:
+    """Python's cyclic collector paused. It runs at arbitrary allocations, and what it frees may hold
+    CUDA graphs (a dropped session and its DSpark graphs reference each other); a graph destroyed while
+    another stream is capturing invalidates that capture ("operation not permitted when stream is
+    capturing (function reset)", then "operation failed due to a previous error during capture").
+    torch.cuda.graph no longer collects before a capture (torch.compiler.config.force_cudagraph_gc)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 class Replayable:
@@ -23,7 +41,7 @@ class Replayable:
                 fn()
             torch.cuda.current_stream(device).wait_stream(stream)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
+            with no_automatic_gc(), torch.cuda.graph(graph):
                 fn()
             self.graph = graph
 

@@ -34,14 +34,18 @@ EXACT = not UPCAST_DOT  # compiled for a GPU (not the interpreter, which has no 
 BLOCK_T = 64  # tokens per RoPE program
 
 
-def rope_reference(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x [..., T, heads, head_dim]; cos/sin [T, head_dim/2] already gathered at the tokens' positions."""
+def rope_rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """RoPE's rotation of x [..., head_dim] (rotate-half layout) in float32; cos/sin [..., head_dim/2]
+    broadcastable against x's halves. The one plain-torch definition: the prefill and decode references,
+    the drafter's context rows and its training module all call it."""
     half = x.shape[-1] // 2
     x1, x2 = x[..., :half].float(), x[..., half:].float()
-    c = cos[:, None, :]
-    s = sin[:, None, :]
-    out = torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
-    return out.to(x.dtype)
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+
+def rope_reference(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [..., T, heads, head_dim]; cos/sin [T, head_dim/2] already gathered at the tokens' positions."""
+    return rope_rotate(x, cos[:, None, :], sin[:, None, :]).to(x.dtype)
 
 
 def rope_prefill_reference(

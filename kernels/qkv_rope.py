@@ -18,6 +18,7 @@ from kernels.common import (UPCAST_DOT, l2_prefetch, latency_bound, mma, pdl_arg
                             unroll_norm)
 
 from kernels.fused_linear import BLOCK_M, row_rstd
+from kernels.prefill import rope_rotate
 from kernels.rmsnorm import rmsnorm_reference
 from kernels.tuning import config_for
 
@@ -41,7 +42,6 @@ def qkv_rope_reference(
     """Returns q [M, n_heads, head_dim] (float32 math, cast to the cache dtype); writes k/v rows."""
     m = x.shape[0]
     hd = k_cache.shape[-1]
-    half = hd // 2
     cdt = wqkv.dtype
     a = rmsnorm_reference(x, norm_weight, eps, out_dtype=cdt)
     y = a.float() @ wqkv.float().t()
@@ -55,13 +55,8 @@ def qkv_rope_reference(
         k = rmsnorm_reference(k, k_norm, eps, out_dtype=torch.float32)
     c = cos[positions][:, None, :]
     s = sin[positions][:, None, :]
-
-    def rope(t: torch.Tensor) -> torch.Tensor:
-        t1, t2 = t[..., :half], t[..., half:]
-        return torch.cat((t1 * c - t2 * s, t2 * c + t1 * s), dim=-1)
-
-    q = rope(q)
-    k = rope(k)
+    q = rope_rotate(q, c, s)
+    k = rope_rotate(k, c, s)
     k_cache[:, positions] = k.transpose(0, 1).to(k_cache.dtype)
     v_cache[:, positions] = v.transpose(0, 1).to(v_cache.dtype)
     return q.to(k_cache.dtype)

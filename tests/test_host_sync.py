@@ -97,3 +97,28 @@ def test_captured_steps_do_not_read_the_device_on_the_host(triton_engine):
             if probe.hits:
                 hits[name] = probe.hits
     assert hits == {}, f"host synchronisation inside captured work: {hits}"
+
+
+def test_the_capture_pauses_the_collector_and_restores_it():
+    """A graph freed by Python's cyclic collector in the middle of another capture invalidates that
+    capture (tests/gpu: test_a_capture_survives_the_collector_freeing_old_graphs), so the capture runs
+    with the automatic collector off; it is restored after, also on error, and left off if it was."""
+    import gc
+
+    from engine.graphs import no_automatic_gc
+
+    was = gc.isenabled()
+    try:
+        gc.enable()
+        with no_automatic_gc():
+            assert not gc.isenabled()
+        assert gc.isenabled()
+        with pytest.raises(RuntimeError), no_automatic_gc():
+            raise RuntimeError("capture failed")
+        assert gc.isenabled()
+        gc.disable()
+        with no_automatic_gc():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()

@@ -25,6 +25,7 @@ from engine.model import STEP_ROWS, LayerWeights, Transformer
 from kernels.decode_attention import AttentionWorkspace, default_split
 from kernels.greedy_commit import STATE_PREV_BASE
 from kernels.draft_head import draft_head_reference, draft_head_triton
+from kernels.prefill import rope_rotate
 
 CANDIDATES = 64  # top-K candidates per later position that the Markov pass re-ranks
 WEIGHTS_FILE = "drafter.safetensors"
@@ -196,8 +197,7 @@ class DrafterRuntime:
             kv = _rms(feat, lw.attn_norm, c.norm_eps).to(lw.wqkv.dtype).float() @ lw.wqkv[c.n_heads * hd :].float().t()
             k = kv[:, : kvh * hd].float().reshape(-1, kvh, hd)
             v = kv[:, kvh * hd :].reshape(-1, kvh, hd)
-            half = hd // 2
-            k = torch.cat((k[..., :half] * cos - k[..., half:] * sin, k[..., half:] * cos + k[..., :half] * sin), -1)
+            k = rope_rotate(k, cos, sin)
             self.k[i].index_copy_(1, pos, k.transpose(0, 1).to(self.k.dtype))
             self.v[i].index_copy_(1, pos, v.transpose(0, 1).to(self.v.dtype))
 

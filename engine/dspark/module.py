@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from engine.dspark.config import DrafterConfig
 from engine.rope import rope_tables
+from kernels.prefill import rope_rotate
 
 
 def rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
@@ -26,9 +27,7 @@ def rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
 
 def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """x [..., heads, hd]; cos/sin broadcastable to [..., 1, hd/2]."""
-    half = x.shape[-1] // 2
-    x1, x2 = x[..., :half].float(), x[..., half:].float()
-    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
+    return rope_rotate(x, cos, sin).to(x.dtype)
 
 
 class DraftLayer(nn.Module):

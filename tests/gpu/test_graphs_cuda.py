@@ -200,3 +200,46 @@ def test_captured_prefill_context_writes_what_the_eager_one_writes(engine, ctx):
     assert torch.equal(g.rt.k[:, :, lo : len(ids)], ref.k[:, :, lo : len(ids)])
     assert torch.equal(g.rt.v[:, :, lo : len(ids)], ref.v[:, :, lo : len(ids)])
     assert g.rt.k[:, :, lo : len(ids)].any() and not g.rt.k[:, :, :lo].any() and not g.rt.k[:, :, len(ids) :].any()
+
+
+def test_a_capture_survives_the_collector_freeing_old_graphs():
+    """Captured graphs in a reference cycle, dropped just as the next capture starts, and the collector
+    run by an allocation inside that capture (as happened to the GPU suite on 2026-12-03: a dropped
+    Session and its DSpark graphs). Destroying a graph during a capture invalidates the capture; the
+    capture pauses the automatic collector, so it completes and replays."""
+    import gc
+
+    from engine.graphs import Replayable
+
+    dev = torch.device("cuda")
+    x = torch.zeros(4, device=dev)
+
+    class Holder:  # a reference cycle, as a Session and its DSpark graphs make
+        pass
+
+    old = gc.get_threshold()
+    gc.set_threshold(0)  # no automatic collection until the capture starts
+    try:
+        keep = []
+        for _ in range(4):
+            h = Holder()
+            h.self = h
+            h.graphs = [Replayable(lambda: x.add_(1), dev, True) for _ in range(3)]
+            keep.append(h)
+        seen = []
+
+        def fn() -> None:
+            if torch.cuda.is_current_stream_capturing():
+                keep.clear()  # the cycles are garbage now; only the collector can free them
+                gc.set_threshold(1, 1, 1)  # the next allocation would run it
+                seen.append(gc.isenabled())
+            junk = [[i] for i in range(100)]
+            x.mul_(len(junk) // 100)
+
+        g = Replayable(fn, dev, True)
+    finally:
+        gc.set_threshold(*old)
+        gc.collect()
+    assert seen == [False]
+    g()
+    torch.cuda.synchronize()
