@@ -42,6 +42,7 @@ def _args():
                     help="also each step kernel alone: one launch per layer in one graph, microseconds per launch")
     ap.add_argument("--kinds", default=None, help="with --sweep: only these kernels (comma-separated names of SHAPES)")
     ap.add_argument("--prefetch-off", action="store_true", help="also every figure with DSPARK_L2_PREFETCH=0")
+    ap.add_argument("--shape", default=None, help="a guard shape's name (harness.profiles) instead of the bundled model's")
     ap.add_argument("--attn-splits", default=None,
                     help="only the step at each context and row count with these keys per attention split "
                     "(comma-separated; 0 = default_split), each split's pass after the other, twice")
@@ -126,29 +127,38 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("step_sweep: needs CUDA", file=sys.stderr)
         return 2
-    loaded = random_model()
+    contexts = [int(c) for c in ARGS.contexts.split(",")]
+    if ARGS.shape:
+        from harness.profiles import guard_shape
+
+        loaded = random_model(guard_shape(ARGS.shape), max_seq_len=max(contexts) + 1024)
+    else:
+        loaded = random_model()
     model = Transformer(loaded.config, loaded.weights, "cuda")
     # this tree's default step, and where it has the persistent step (kernels/persistent_step.py) also
     # the six kernels per layer, on the same weights
     steps = {"default": model}
     if getattr(model, "persistent", False):
         steps = {"persistent": model, "separate": Transformer(loaded.config, loaded.weights, "cuda", persistent=False)}
-    contexts = [int(c) for c in ARGS.contexts.split(",")]
     tree = str(ARGS.tree or "this tree")
     if ARGS.table:
         load_table(ARGS.table)
     if ARGS.attn_splits:
         from kernels.decode_attention import default_split
 
-        sms = torch.cuda.get_device_properties(0).multi_processor_count
         for rep in range(2):
             for split in (int(v) for v in ARGS.attn_splits.split(",")):
                 for ctx in contexts:
                     cap = -(-(ctx + 256 + 64) // 1024) * 1024
-                    s = split or default_split(cap, loaded.config.n_kv_heads, sms)
+                    s = split or default_split(cap)
                     for rows in (1, 7):
-                        emit(tree=tree, rep=rep, attn_split=s, default=not split, ctx=ctx, rows=rows,
-                             us=step_us(model, ctx, rows, ARGS.replays, split=s))
+                        try:
+                            us = step_us(model, ctx, rows, ARGS.replays, split=s)
+                        except Exception as exc:  # a split whose combine does not compile (registers, shared memory)
+                            emit(shape=loaded.config.name, attn_split=s, ctx=ctx, error=str(exc).splitlines()[0][:160])
+                            continue
+                        emit(tree=tree, shape=loaded.config.name, rep=rep, attn_split=s, default=not split, ctx=ctx,
+                             rows=rows, us=us)
         return 0
     if not ARGS.sweep:
         for pdl, pf in ((True, True), (False, True)) + (((True, False),) if ARGS.prefetch_off else ()):

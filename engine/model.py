@@ -282,8 +282,7 @@ class StepIO:
         self.kv_start = torch.zeros(STEP_ROWS, dtype=torch.int32, device=dev)
         self.kv_end = torch.ones(STEP_ROWS, dtype=torch.int32, device=dev)
         if split is None:
-            sms = torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else 8
-            split = default_split(capacity, c.n_kv_heads, sms)
+            split = default_split(capacity)
         self.workspace = AttentionWorkspace(STEP_ROWS, c.n_heads, c.head_dim, capacity, split, dev)
         self.persistent = PersistentBuffers(c, STEP_ROWS, capture_layers, dev, model.dtype) if model.persistent else None
 

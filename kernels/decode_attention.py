@@ -152,11 +152,17 @@ def _attn_combine_kernel(part_ptr, lse_ptr, out_ptr, H, n_splits, HD: tl.constex
     attn_combine_tile(tl.program_id(0), tl.program_id(1), part_ptr, lse_ptr, out_ptr, H, n_splits, HD, BLOCK_S, "")
 
 
-def default_split(capacity: int, n_kv_heads: int, n_sms: int) -> int:
-    """Keys per split: about two programs per SM at full capacity, a power of two in [64, 1024]."""
-    target = capacity * n_kv_heads / max(2 * n_sms, 1)
+MAX_SPLITS = 128  # splits a default split leaves at most (the combine takes them all in one tile)
+
+
+def default_split(capacity: int) -> int:
+    """Keys per split: the smallest power of two in [64, 1024] that leaves at most MAX_SPLITS splits.
+    On the H200 (docs/perf.md, 2026-12-04) the fastest split at each capacity timed left 32-80 splits,
+    whatever the model's KV heads: 64 keys at 2,048 and 5,120 slots of the bundled model, 128 at 9,216,
+    256 for both guard shapes at 17,408; halving any of them (up to 160 splits) was slower, and so was
+    doubling. (The rule before, two programs per SM, gave the guards 1,024 keys: 16-18 % slower steps.)"""
     split = 64
-    while split < target and split < 1024:
+    while capacity > split * MAX_SPLITS and split < 1024:
         split *= 2
     return split
 

@@ -9,7 +9,7 @@ import torch
 
 from engine.config import RopeScaling
 from engine.rope import rope_tables
-from kernels.decode_attention import AttentionWorkspace, attention_reference, attention_triton, default_split
+from kernels.decode_attention import MAX_SPLITS, AttentionWorkspace, attention_reference, attention_triton, default_split
 from kernels.embedding import embedding_reference, embedding_triton
 from kernels.fused_linear import fused_linear_reference, fused_linear_triton
 from kernels.greedy_commit import greedy_commit_reference, greedy_commit_triton
@@ -188,11 +188,15 @@ def test_split_attention(dtype, heads, kv_heads, head_dim, cap, split, gen):
     assert rel_err(got, want) < bound(dtype)
 
 
-def test_default_split_is_power_of_two_in_range():
-    for cap in (256, 4096, 16384, 131072):
-        for kvh in (1, 3, 8):
-            s = default_split(cap, kvh, 132)
-            assert 64 <= s <= 1024 and s & (s - 1) == 0
+def test_default_split_leaves_at_most_max_splits_with_the_fewest_keys():
+    """The measured optima (docs/perf.md, 2026-12-04): 64 keys at 2,048 and 5,120 slots, 128 at 9,216,
+    256 at 17,408; a power of two in [64, 1024] whose splits fit the combine's tile wherever it can."""
+    assert [default_split(c) for c in (256, 2048, 5120, 9216, 17408)] == [64, 64, 64, 128, 256]
+    for cap in range(64, 300_000, 1000):
+        s = default_split(cap)
+        assert 64 <= s <= 1024 and s & (s - 1) == 0
+        assert -(-cap // s) <= MAX_SPLITS or s == 1024
+        assert s == 64 or -(-cap // (s // 2)) > MAX_SPLITS
 
 
 def test_attention_rows_are_batch_invariant(gen):

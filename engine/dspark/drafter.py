@@ -115,8 +115,7 @@ class DrafterRuntime:
         self.k = torch.zeros(shape, device=dev, dtype=dt)
         self.v = torch.zeros(shape, device=dev, dtype=dt)
         if split is None:
-            sms = torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else 8
-            split = default_split(capacity, c.n_kv_heads, sms)
+            split = default_split(capacity)
         self.workspace = AttentionWorkspace(STEP_ROWS, c.n_heads, c.head_dim, capacity, split, dev)
         self.arange = torch.arange(STEP_ROWS, device=dev, dtype=torch.int32)
         self.bound_offsets = torch.tensor([-c.window] * self.rows + [c.block_size] * self.rows, device=dev, dtype=torch.int32)
