@@ -62,7 +62,7 @@ from models import random_model  # noqa: E402
 
 SHAPES = {  # (kind, N, K) of the bundled model's step kernels
     "qkv": ("qkv", 960, 576), "o_proj": ("linear", 576, 576), "gate_up": ("swiglu", 1536, 576),
-    "down": ("linear", 576, 1536), "attn": ("attn", 9, 64), "lm_head": ("lm_head", 49152, 576),
+    "down": ("linear", 576, 1536), "attn": ("attn", 9, 64), "combine": ("combine", 9, 64), "lm_head": ("lm_head", 49152, 576),
 }
 LC = tuning.LaunchConfig
 CANDIDATES = {
@@ -75,6 +75,7 @@ CANDIDATES = {
     "down": [LC(block_n=bn, block_k=bk, num_warps=w, num_stages=s) for bn in (16, 32) for bk in (128, 256)
              for w, s in ((2, 3), (4, 3), (4, 4))],
     "attn": [LC(block_n=0, block_k=bk, num_warps=w, num_stages=s) for bk in (32, 64) for w, s in ((2, 2), (4, 2), (2, 3))],
+    "combine": [LC(block_n=0, block_k=0, num_warps=w, num_stages=1) for w in (1, 2, 4, 8)],
     "lm_head": [LC(block_n=bn, block_k=bk, num_warps=w, num_stages=3) for bn in (64, 128, 256) for bk in (64, 128)
                 for w in (4, 8)],
 }
@@ -89,7 +90,10 @@ def load_table(text: str) -> None:
 
 def breakdown(model: Transformer, ctx: int, replays: int) -> dict[str, float]:
     """Each kernel kind alone: one launch per layer (that layer's weights, from HBM) in one graph."""
-    from kernels.decode_attention import attention_triton
+    import triton
+
+    from kernels.common import pdl_args
+    from kernels.decode_attention import _attn_combine_kernel, attention_triton
     from kernels.fused_linear import fused_linear_triton
     from kernels.qkv_rope import qkv_rope_triton
 
@@ -110,6 +114,10 @@ def breakdown(model: Transformer, ctx: int, replays: int) -> dict[str, float]:
         "qkv": lambda: [qkv_rope_triton(x, lw.attn_norm, lw.wqkv, None, None, None, model.cos, model.sin, pos, cache.k[i, 0],
                                         cache.v[i, 0], c.n_heads, c.n_kv_heads, c.norm_eps) for i, lw in enumerate(L)],
         "attn": lambda: [attention_triton(q, cache.k[i, 0], cache.v[i, 0], st, en, io.workspace) for i in range(c.n_layers)],
+        "combine": lambda: [_attn_combine_kernel[(1, c.n_heads)](
+            io.workspace.part, io.workspace.lse, a, c.n_heads, io.workspace.n_splits, HD=c.head_dim,
+            BLOCK_S=triton.next_power_of_2(io.workspace.n_splits), num_warps=tuning.config_for("combine", c.n_heads, c.head_dim).num_warps,
+            **pdl_args(a)) for _ in range(c.n_layers)],
         "o_proj": lambda: [fused_linear_triton(a, lw.wo, residual=x) for lw in L],
         "gate_up": lambda: [fused_linear_triton(x, lw.w_gate, norm_weight=lw.ffn_norm, eps=c.norm_eps, up_weight=lw.w_up,
                                                 out_dtype=model.dtype) for lw in L],

@@ -214,6 +214,6 @@ def attention_triton(
         G=g, HD=d, SPLIT=split, BLOCK_R=block_r, BLOCK_KV=block_kv, UPCAST=UPCAST_DOT, IEEE=q.dtype == torch.float32,
         PREFETCH_LINES=lines, ELEM_BYTES=k_cache.element_size(), num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl,
     )
-    _attn_combine_kernel[(m, h)](workspace.part, workspace.lse, out, h, ns, HD=d, BLOCK_S=triton.next_power_of_2(ns), num_warps=4,
-                                 **pdl)
+    _attn_combine_kernel[(m, h)](workspace.part, workspace.lse, out, h, ns, HD=d, BLOCK_S=triton.next_power_of_2(ns),
+                                 num_warps=config_for("combine", h, d).num_warps, **pdl)
     return out
