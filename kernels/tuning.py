@@ -29,15 +29,16 @@ DEFAULTS = {
 }
 
 # (kind, N, K) -> LaunchConfig, chosen on an H200 by the whole captured step's time (bench/step_sweep.py
-# --sweep, random weights in the bundled model's shape, ctx 4096, 1 row; docs/perf.md, 2026-12-02), with
-# programmatic dependent launch and the L2 prefetch on. qkv block_n 16: two programs per head. The sweep
-# ran while RMSNorm was folded into the K walk (since removed: it slowed the guard shapes); the bot's S
-# scoring of this step (docs/perf.md, third session) used this table without the fold.
+# --sweep: coordinate descent, random weights in the bundled model's shape, 1 row), with programmatic
+# dependent launch and the L2 prefetch on. First swept at ctx 4096 on 2026-12-02, while RMSNorm was
+# folded into the K walk; swept again at ctx 7936 on 2026-12-04 with the unrolled norm pass and the
+# early epilogue, which changed qkv (one program per head again, 128-wide K steps, 4 warps) and gate/up
+# (128-wide K steps): the step 3-5 % faster at 1k, 4k and 7936, 1 and 7 rows (docs/perf.md).
 TABLE: dict[tuple[str, int, int], LaunchConfig] = {
-    ("qkv", 960, 576): LaunchConfig(block_n=16, block_k=128, num_warps=2, num_stages=4),
+    ("qkv", 960, 576): LaunchConfig(block_n=0, block_k=128, num_warps=4, num_stages=4),
     ("linear", 576, 576): LaunchConfig(block_n=16, block_k=64, num_warps=4, num_stages=4),
     ("linear", 576, 1536): LaunchConfig(block_n=16, block_k=256, num_warps=2, num_stages=3),
-    ("swiglu", 1536, 576): LaunchConfig(block_n=32, block_k=64, num_warps=4, num_stages=4),
+    ("swiglu", 1536, 576): LaunchConfig(block_n=32, block_k=128, num_warps=4, num_stages=4),
     ("lm_head", 49152, 576): LaunchConfig(block_n=128, block_k=64, num_warps=4, num_stages=3),
     ("attn", 9, 64): LaunchConfig(block_n=0, block_k=64, num_warps=4, num_stages=2),  # split 64 (default_split)
 }
