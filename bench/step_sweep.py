@@ -12,6 +12,7 @@ the values, so nothing needs staging). Prints JSON lines.
   table, ready for kernels/tuning.py.
 - --attn-splits 0,128,256: the step (1 and 7 rows) at each context with each number of keys per attention
   split (0: default_split), two passes, splits alternating.
+- --sweep --axes: the same descent, each kernel's fields varied one at a time from its current entry.
 - --tree PATH: import engine/ and kernels/ from another checkout (the previous main), to time its
   step with this same clock.
 
@@ -24,7 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 _ROOT = Path(__file__).resolve().parents[1]
@@ -40,6 +41,8 @@ def _args():
                     "kernels.tuning.TABLE first (a sweep's best_table line)")
     ap.add_argument("--breakdown", action="store_true",
                     help="also each step kernel alone: one launch per layer in one graph, microseconds per launch")
+    ap.add_argument("--axes", action="store_true",
+                    help="with --sweep: candidates one field at a time from the current table (AXES), not CANDIDATES")
     ap.add_argument("--kinds", default=None, help="with --sweep: only these kernels (comma-separated names of SHAPES)")
     ap.add_argument("--prefetch-off", action="store_true", help="also every figure with DSPARK_L2_PREFETCH=0")
     ap.add_argument("--shape", default=None, help="a guard shape's name (harness.profiles) instead of the bundled model's")
@@ -79,6 +82,25 @@ CANDIDATES = {
     "lm_head": [LC(block_n=bn, block_k=bk, num_warps=w, num_stages=3) for bn in (64, 128, 256) for bk in (64, 128)
                 for w in (4, 8)],
 }
+_LINEAR_AXES = {"block_n": (16, 32, 64), "block_k": (64, 128, 256), "num_warps": (1, 2, 4, 8), "num_stages": (2, 3, 4, 5)}
+AXES = {  # --axes: each field's values, tried one field at a time from the current best
+    "qkv": {**_LINEAR_AXES, "block_n": (0, 16, 32)},
+    "o_proj": _LINEAR_AXES, "gate_up": _LINEAR_AXES, "down": _LINEAR_AXES,
+    "attn": {"block_k": (32, 64), "num_warps": (1, 2, 4, 8), "num_stages": (1, 2, 3, 4)},
+    "combine": {"num_warps": (1, 2, 4, 8)},
+    "lm_head": {"block_n": (64, 128, 256), "block_k": (64, 128), "num_warps": (4, 8), "num_stages": (2, 3, 4)},
+}
+
+
+def candidates(name: str, shape: tuple[str, int, int]):
+    """The sweep's candidates for one kernel: CANDIDATES[name], or with --axes one field changed at a
+    time from the configuration in force when it is drawn (so an accepted change carries forward)."""
+    if not ARGS.axes:
+        yield from CANDIDATES[name]
+        return
+    for field, values in AXES[name].items():
+        for v in values:
+            yield replace(tuning.config_for(*shape), **{field: v})
 
 
 def load_table(text: str) -> None:
@@ -190,7 +212,7 @@ def main() -> int:
     for name, shape in SHAPES.items():
         if ARGS.kinds and name not in ARGS.kinds.split(","):
             continue
-        for cand in CANDIDATES[name]:
+        for cand in candidates(name, shape):
             if cand == tuning.config_for(*shape):
                 continue
             old = tuning.TABLE.get(shape)
