@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Land an engine/ or kernels/ change: the GPU suite on the exact tree, the captured step timed against the
+# previous main, and the bot's scoring of the change as a PR, in three back-to-back device calls (about 7
+# device-minutes on the H200 on 2026-12-04; the machine goes back 30 s after a call, so prepare all three).
+# First, here:
+#   ../shared/tools/device-stage                      # .devstage/p1 p2 p3 and stage.sh (the bundled model)
+#   git archive --format=tar.gz -o .devstage/base.tgz <previous main> engine kernels harness bench tests/gpu
+#   .whl/ as bench/gpu_ruler_check.sh says (pydantic, cryptography, gguf, ..., bubblewrap)
+# Then:
+#   call 1: carry [.devstage/p1, .devstage/stage.sh, .devstage/base.tgz]   bash bench/gpu_land.sh 1
+#           stages part 1; sha256 of engine/ and kernels/; tests/gpu; bench/step_sweep.py on the previous
+#           main's tree and on this one (1 and 7 rows at 1k, 4k and 7936), one after the other
+#   call 2: carry [.devstage/p2, .devstage/stage.sh]                        bash bench/gpu_land.sh 2
+#   call 3: carry [.devstage/p3, .devstage/stage.sh, .whl]                  bash bench/gpu_land.sh 3
+#           the bot's setup (bench/gpu_ruler_check.sh: prevmain = the previous main's engine, thismain =
+#           this tree's) and `scorebase prevmain thismain` with BUDGET seconds (default 160)
+# Each call carries at most 64 MiB: the tree (~24 MB) and a part (~33 MB), plus base.tgz (~9 MB) or .whl
+# (~10 MB). Everything lands in $OUT; what a call prints ends with the figures to copy into docs/perf.md.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+phase=${1:?usage: bash bench/gpu_land.sh 1|2|3}
+bash .devstage/stage.sh | tail -n 1
+case $phase in
+  1)
+    [ -f .devstage/base.tgz ] || { echo "gpu_land: carry .devstage/base.tgz (the previous main) in call 1"; exit 2; }
+    cp .devstage/base.tgz /root/base.tgz  # for call 3, which carries .whl instead
+    find engine kernels -name '*.py' | sort | xargs sha256sum > "$OUT/sha256.txt"
+    echo "sha256 of engine/ and kernels/ in sha256.txt (sha256 of that list: $(sha256sum < "$OUT/sha256.txt" | cut -c1-16))"
+    OUT=$OUT timeout 300 bash bench/gpu_tests.sh > /dev/null 2>&1
+    echo "tests/gpu exit $?: $(tail -n 2 "$OUT/gpu-tests.log" | head -n 1)"
+    rm -rf /tmp/prev && mkdir -p /tmp/prev && tar -xzf .devstage/base.tgz -C /tmp/prev
+    timeout 120 python3 bench/step_sweep.py --tree /tmp/prev --contexts 1024,4096,7936 > "$OUT/step-prev.jsonl" 2> "$OUT/step-prev.err"
+    timeout 120 python3 bench/step_sweep.py --contexts 1024,4096,7936 > "$OUT/step-new.jsonl" 2> "$OUT/step-new.err"
+    python3 - "$OUT" <<'PY'
+import json, sys
+out = sys.argv[1]
+def steps(name):
+    rows = [json.loads(l) for l in open(f"{out}/{name}.jsonl")]
+    return {(r["ctx"], r["rows"]): r["us"] for r in rows if r.get("pdl") and "us" in r}
+prev, new = steps("step-prev"), steps("step-new")
+for k in sorted(prev):
+    if k in new:
+        print(f"step ctx {k[0]} rows {k[1]}: previous main {prev[k]:.1f} us, this tree {new[k]:.1f} us ({new[k] / prev[k] - 1:+.1%})")
+PY
+    ;;
+  2) ;;
+  3)
+    [ -f .devstage/base.tgz ] || cp /root/base.tgz .devstage/base.tgz 2>/dev/null \
+      || { echo "gpu_land: no base.tgz on this machine (a fresh one: start again with call 1)"; exit 2; }
+    R=$OUT/res; mkdir -p "$R"
+    OUT=$R bash bench/gpu_ruler_check.sh setup > "$R/setup.log" 2>&1; tail -n 3 "$R/setup.log"
+    OUT=$R timeout 480 bash bench/gpu_ruler_check.sh budget "${BUDGET:-160}" scorebase prevmain thismain
+    cat "$R/score-thismain.out" 2>/dev/null | sed -n '/^| metric/,/^| reason/p'
+    ;;
+  *) echo "gpu_land: phase $phase is not 1, 2 or 3"; exit 2 ;;
+esac
