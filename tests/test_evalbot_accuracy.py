@@ -89,7 +89,7 @@ def test_a_campaign_whose_main_returns_nan_log_probs_stops_with_a_finding_agains
             assert req["op"] == "logprobs" and expect == "logprobs"
             return Response(head={"positions": n, "dtype": "float32"}, payload=self.lp.tobytes(), seconds=0.01)
 
-    handle = SimpleNamespace(thaw=lambda: None, freeze=lambda: None, poll=lambda: None, stderr_tail=lambda: "")
+    handle = SimpleNamespace(thaw=lambda: None, freeze=lambda: None, poll=lambda: None, stderr_tail=lambda **kw: "")
     good = log_softmax(np.zeros((n, vocab))).astype(np.float32)
     bad = good.copy()
     bad[2, 3] = np.nan

@@ -499,6 +499,33 @@ def test_requests_and_answers_over_the_pipes_and_a_bounded_stderr(box):
         proc.kill()
 
 
+def test_a_crash_message_is_quoted_even_when_its_reader_lags(box, monkeypatch):
+    """A server that crashes writes its reason on stderr and exits; the bot notices by its stdout closing
+    and quotes the stderr tail at once. On a loaded box the thread reading stderr may not have read the
+    reason yet (CI, 2026-12-04: the scorecard's crash quote was empty). With `settle` the tail waits for
+    the exit and the reader to reach EOF; here the reader is made to lag on purpose."""
+    from evalbot.measure import proc as proc_module
+
+    run = proc_module._Tail._run
+
+    def lagging(self):
+        time.sleep(0.5)
+        run(self)
+
+    monkeypatch.setattr(proc_module._Tail, "_run", lagging)
+    p = box.start("""
+        import sys
+        sys.stderr.write("CUDA error: an illegal memory access was encountered")
+        sys.exit(3)
+    """)
+    try:
+        assert _read_all(p, 60) == b""
+        assert p.stderr_tail() == ""  # the race, made certain: the reader has not read it yet
+        assert p.stderr_tail(settle=10) == "CUDA error: an illegal memory access was encountered"
+    finally:
+        p.kill()
+
+
 # ---------------------------------------------------------------------------------------------
 # Without the sandbox, and without bwrap
 

@@ -20,6 +20,7 @@ import os
 import queue
 import subprocess
 import threading
+import time
 from concurrent.futures import Future
 from collections.abc import Sequence
 from pathlib import Path
@@ -169,8 +170,20 @@ class SandboxedProcess:
         popen.stdin = stdin
         return cls(popen, frozen, spec, description, tree_inside, model_inside)
 
-    def stderr_tail(self, limit: int = 65536) -> str:
-        """The last `limit` bytes of what it wrote on stderr (at most the last MiB is kept)."""
+    def stderr_tail(self, limit: int = 65536, settle: float = 0.0) -> str:
+        """The last `limit` bytes of what it wrote on stderr (at most the last MiB is kept). `settle`:
+        first wait up to that many seconds for the process to exit and for its stderr to be read to the
+        end. A process that just failed wrote its reason a moment before the bot saw the failure (its
+        stdout closing), and the reader thread may not have read that yet: without it, a crash's own
+        message was missing from the scorecard on a loaded box (CI, 2026-12-04)."""
+        if settle > 0:
+            deadline = time.monotonic() + settle
+            try:
+                self._popen.wait(settle)
+            except subprocess.TimeoutExpired:
+                pass
+            else:
+                self._stderr.thread.join(max(0.0, deadline - time.monotonic()))
         return self._stderr.text(limit)
 
     def poll(self) -> int | None:

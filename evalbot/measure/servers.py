@@ -14,6 +14,7 @@ from evalbot.measure.client import ProtocolViolation, ServerClient
 from evalbot.measure.plan import Plan
 
 Spawner = Callable[[Ref, int, str], "tuple[object, ServerClient]"]  # (ref, index, nonce) -> (handle, client)
+FAILURE_SETTLE_S = 1.0  # a failed server's time to exit and flush its stderr before the bot quotes it
 
 
 class Process:
@@ -34,7 +35,7 @@ class Failure(Exception):
 
 
 def failure(proc: Process | None, where: str, message: str) -> Failure:
-    tail = proc.handle.stderr_tail() if proc is not None else ""
+    tail = proc.handle.stderr_tail(settle=FAILURE_SETTLE_S) if proc is not None else ""
     return Failure(Finding(ref=proc.ref if proc else None, process=proc.index if proc else None,
                            where=where, message=message, stderr_tail=tail[-4000:]))
 
