@@ -13,6 +13,7 @@ the values, so nothing needs staging). Prints JSON lines.
 - --attn-splits 0,128,256: the step (1 and 7 rows) at each context with each number of keys per attention
   split (0: default_split), two passes, splits alternating.
 - --sweep --axes: the same descent, each kernel's fields varied one at a time from its current entry.
+- --shape NAME: a guard shape's random model instead of the bundled one (with --sweep: its own table keys).
 - --tree PATH: import engine/ and kernels/ from another checkout (the previous main), to time its
   step with this same clock.
 
@@ -43,7 +44,7 @@ def _args():
                     help="also each step kernel alone: one launch per layer in one graph, microseconds per launch")
     ap.add_argument("--axes", action="store_true",
                     help="with --sweep: candidates one field at a time from the current table (AXES), not CANDIDATES")
-    ap.add_argument("--kinds", default=None, help="with --sweep: only these kernels (comma-separated names of SHAPES)")
+    ap.add_argument("--kinds", default=None, help="with --sweep: only these kernels (comma-separated: qkv, o_proj, gate_up, down, attn, combine, lm_head)")
     ap.add_argument("--prefetch-off", action="store_true", help="also every figure with DSPARK_L2_PREFETCH=0")
     ap.add_argument("--shape", default=None, help="a guard shape's name (harness.profiles) instead of the bundled model's")
     ap.add_argument("--attn-splits", default=None,
@@ -63,10 +64,12 @@ from gpu_timing import set_switch, step_us, time_graph  # noqa: E402
 from kernels import tuning  # noqa: E402
 from models import random_model  # noqa: E402
 
-SHAPES = {  # (kind, N, K) of the bundled model's step kernels
-    "qkv": ("qkv", 960, 576), "o_proj": ("linear", 576, 576), "gate_up": ("swiglu", 1536, 576),
-    "down": ("linear", 576, 1536), "attn": ("attn", 9, 64), "combine": ("combine", 9, 64), "lm_head": ("lm_head", 49152, 576),
-}
+def step_shapes(c) -> dict[str, tuple[str, int, int]]:
+    """(kind, N, K) of each step kernel of a model configuration: the keys kernels.tuning looks up."""
+    return {"qkv": ("qkv", c.q_dim + 2 * c.kv_dim, c.dim), "o_proj": ("linear", c.dim, c.q_dim),
+            "gate_up": ("swiglu", c.ffn_dim, c.dim), "down": ("linear", c.dim, c.ffn_dim),
+            "attn": ("attn", c.n_heads, c.head_dim), "combine": ("combine", c.n_heads, c.head_dim),
+            "lm_head": ("lm_head", c.vocab_size, c.dim)}
 LC = tuning.LaunchConfig
 CANDIDATES = {
     "qkv": [LC(block_n=bn, block_k=bk, num_warps=w, num_stages=s) for bn in (0, 16) for bk in (64, 128)
@@ -229,8 +232,9 @@ def main() -> int:
     table = dict(tuning.TABLE)
     ctx = contexts[-1]
     best_us = step_us(model, ctx, 1, ARGS.replays)
-    emit(tree=tree, sweep="start", ctx=ctx, us=best_us, table={k: asdict(tuning.config_for(*s)) for k, s in SHAPES.items()})
-    for name, shape in SHAPES.items():
+    shapes = step_shapes(loaded.config)  # the bundled model's, or --shape's
+    emit(tree=tree, sweep="start", ctx=ctx, us=best_us, table={k: asdict(tuning.config_for(*s)) for k, s in shapes.items()})
+    for name, shape in shapes.items():
         if ARGS.kinds and name not in ARGS.kinds.split(","):
             continue
         for cand in candidates(name, shape):
