@@ -89,6 +89,13 @@ def set_switch(var: str, on: bool) -> None:
         cached.cache_clear()
 
 
+def step_capacity(ctx: int) -> int:
+    """The cache a timed step at position `ctx` gets: room for a request's new tokens and draft rows past
+    it, in whole 1,024-slot blocks as the engine rounds them (2,048 / 5,120 / 9,216 at the bot's 1k, 4k
+    and 7936 cells)."""
+    return -(-(ctx + 256 + 64) // 1024) * 1024
+
+
 def step_us(model, ctx: int, rows: int, replays: int = 200, split: int | None = None) -> float:
     """Microseconds per replay of `model`'s captured step (every layer's kernels and the LM head) for
     `rows` rows at positions ctx.., in a fresh cache sized for ctx + 320. `split`: keys per attention
@@ -96,7 +103,7 @@ def step_us(model, ctx: int, rows: int, replays: int = 200, split: int | None = 
     the checkout it times first on sys.path (bench/step_sweep.py --tree)."""
     from engine.model import StepIO
 
-    cap = -(-(ctx + 256 + 64) // 1024) * 1024
+    cap = step_capacity(ctx)
     cache = model.new_cache(cap)
     io = StepIO(model, cap, split=split)
     io.set_rows(list(range(1000, 1000 + rows)), ctx)

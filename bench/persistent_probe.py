@@ -26,7 +26,7 @@ sys.path.insert(0, str(_ROOT / "tests" / "gpu"))
 import torch  # noqa: E402
 
 from engine.model import StepIO, Transformer  # noqa: E402
-from gpu_timing import time_graph  # noqa: E402
+from gpu_timing import step_capacity, time_graph  # noqa: E402
 from kernels import common  # noqa: E402
 from models import random_model  # noqa: E402
 
@@ -50,7 +50,7 @@ def _set(env: dict) -> None:
 
 
 def _step(model: Transformer, ctx: int, rows: int, replays: int) -> tuple[float, torch.Tensor]:
-    cap = -(-(ctx + 256 + 64) // 1024) * 1024
+    cap = step_capacity(ctx)
     cache = model.new_cache(cap)
     torch.manual_seed(0)
     cache.k.normal_(0, 1)

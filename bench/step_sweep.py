@@ -1,6 +1,6 @@
 """Time the whole captured decode/verify step on the GPU, and search the step kernels' launch
-configurations by that time (random weights in the bundled model's shape: speed does not depend on
-the values, so nothing needs staging). Prints JSON lines.
+configurations by that time (random weights in the bundled model's shape, or a guard's with --shape:
+speed does not depend on the values, so nothing needs staging). Prints JSON lines.
 
     python bench/step_sweep.py [--sweep] [--tree PATH] [--contexts 1024,4096]
 
@@ -60,7 +60,7 @@ sys.path.insert(0, str(Path(ARGS.tree).resolve() if ARGS.tree else _ROOT))
 import torch  # noqa: E402
 
 from engine.model import StepIO, Transformer  # noqa: E402
-from gpu_timing import set_switch, step_us, time_graph  # noqa: E402
+from gpu_timing import set_switch, step_capacity, step_us, time_graph  # noqa: E402
 from kernels import tuning  # noqa: E402
 from models import random_model  # noqa: E402
 
@@ -124,7 +124,7 @@ def breakdown(model: Transformer, ctx: int, replays: int) -> dict[str, float]:
 
     c = model.config
     L = model.layers
-    cap = -(-(ctx + 256 + 64) // 1024) * 1024
+    cap = step_capacity(ctx)
     cache = model.new_cache(cap)
     io = StepIO(model, cap)
     dev = "cuda"
@@ -203,7 +203,7 @@ def main() -> int:
         for rep in range(2):
             for split in (int(v) for v in ARGS.attn_splits.split(",")):
                 for ctx in contexts:
-                    cap = -(-(ctx + 256 + 64) // 1024) * 1024
+                    cap = step_capacity(ctx)
                     s = split or default_split(cap)
                     for rows in (1, 7):
                         try:
