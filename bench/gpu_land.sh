@@ -19,7 +19,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-phase=${1:?usage: bash bench/gpu_land.sh 1|2|3}
+phase=${1:-}
+case $phase in 1|2|3) ;; *) echo "gpu_land: usage: bash bench/gpu_land.sh 1|2|3 (got '${phase}')"; exit 2 ;; esac
+[ -f .devstage/stage.sh ] || { echo "gpu_land: .devstage/stage.sh is missing: run ../shared/tools/device-stage first and carry it"; exit 2; }
 bash .devstage/stage.sh | tail -n 1
 case $phase in
   1)
@@ -53,5 +55,4 @@ PY
     OUT=$R timeout 480 bash bench/gpu_ruler_check.sh budget "${BUDGET:-160}" scorebase prevmain thismain
     cat "$R/score-thismain.out" 2>/dev/null | sed -n '/^| metric/,/^| reason/p'
     ;;
-  *) echo "gpu_land: phase $phase is not 1, 2 or 3"; exit 2 ;;
 esac
