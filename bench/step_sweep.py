@@ -64,12 +64,15 @@ from gpu_timing import set_switch, step_capacity, step_us, time_graph  # noqa: E
 from kernels import tuning  # noqa: E402
 from models import random_model  # noqa: E402
 
+
 def step_shapes(c) -> dict[str, tuple[str, int, int]]:
     """(kind, N, K) of each step kernel of a model configuration: the keys kernels.tuning looks up."""
     return {"qkv": ("qkv", c.q_dim + 2 * c.kv_dim, c.dim), "o_proj": ("linear", c.dim, c.q_dim),
             "gate_up": ("swiglu", c.ffn_dim, c.dim), "down": ("linear", c.dim, c.ffn_dim),
             "attn": ("attn", c.n_heads, c.head_dim), "combine": ("combine", c.n_heads, c.head_dim),
             "lm_head": ("lm_head", c.vocab_size, c.dim)}
+
+
 LC = tuning.LaunchConfig
 CANDIDATES = {
     "qkv": [LC(block_n=bn, block_k=bk, num_warps=w, num_stages=s) for bn in (0, 16) for bk in (64, 128)
@@ -241,7 +244,7 @@ def main() -> int:
             if cand == tuning.config_for(*shape):
                 continue
             old = tuning.TABLE.get(shape)
-            tuning.TABLE[shape] = cand
+            set_entry(shape, cand)
             try:
                 us = step_us(model, ctx, 1, ARGS.replays)
             except Exception as exc:  # a configuration that does not compile (shared memory, registers)
