@@ -10,6 +10,8 @@
 #   call 1: carry [.devstage/p1, .devstage/stage.sh, .devstage/base.tgz]   bash bench/gpu_land.sh 1
 #           stages part 1; sha256 of engine/ and kernels/; tests/gpu; bench/step_sweep.py on the previous
 #           main's tree and on this one (1 and 7 rows at 1k, 4k and 7936), one after the other
+#           With TABLES=a JSON file of named tables (bench/step_sweep.py --tables), also each table's
+#           step against this tree's table ("base": {}), two alternating passes, and its per-kernel breakdown
 #   call 2: carry [.devstage/p2, .devstage/stage.sh]                        bash bench/gpu_land.sh 2
 #   call 3: carry [.devstage/p3, .devstage/stage.sh, .whl]                  bash bench/gpu_land.sh 3
 #           the bot's setup (bench/gpu_ruler_check.sh: prevmain = the previous main's engine, thismain =
@@ -45,6 +47,27 @@ for k in sorted(prev):
     if k in new:
         print(f"step ctx {k[0]} rows {k[1]}: previous main {prev[k]:.1f} us, this tree {new[k]:.1f} us ({new[k] / prev[k] - 1:+.1%})")
 PY
+    if [ -n "${TABLES:-}" ]; then
+      timeout 330 python3 bench/step_sweep.py --tables "$(cat "$TABLES")" --contexts 1024,4096,7936 --replays 100 --breakdown \
+        > "$OUT/tables.jsonl" 2> "$OUT/tables.err"
+      echo "tables exit $?"
+      python3 - "$OUT" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(f"{sys.argv[1]}/tables.jsonl")]
+t = {}
+for r in rows:
+    if "us" in r:
+        t.setdefault(r["table"], {}).setdefault((r["ctx"], r["rows"]), []).append(r["us"])
+    elif "error" in r:
+        print("error", r["table"], r["error"])
+    elif "breakdown_us" in r:
+        print("breakdown", r["table"], {k: round(v, 2) for k, v in r["breakdown_us"].items()})
+base = {k: statistics.median(v) for k, v in t.get("base", {}).items()}
+for name, cells in t.items():
+    print(name, " ".join(f"{c[0]}/{c[1]}:{statistics.median(v):.1f}({statistics.median(v) / base[c] - 1:+.1%})"
+                         for c, v in sorted(cells.items()) if c in base))
+PY
+    fi
     ;;
   2) ;;
   3)

@@ -13,6 +13,11 @@ speed does not depend on the values, so nothing needs staging). Prints JSON line
 - --attn-splits 0,128,256: the step (1 and 7 rows) at each context with each number of keys per attention
   split (0: default_split), two passes, splits alternating.
 - --sweep --axes: the same descent, each kernel's fields varied one at a time from its current entry.
+- --tables JSON: {"name": {"kind:NxK": {fields}}, ...}: the step (1 and 7 rows) at each context with each
+  named table put over kernels/tuning.py's (an empty one: the table as it is), two passes, the tables
+  alternating; with --breakdown also each kernel alone per table.
+- --switch VAR: the step (1 and 7 rows) at each context with a kernel switch of bench/gpu_timing.py
+  (SWITCH_CACHES) on and off, two passes, alternating.
 - --shape NAME: a guard shape's random model instead of the bundled one (with --sweep: its own table keys).
 - --tree PATH: import engine/ and kernels/ from another checkout (the previous main), to time its
   step with this same clock.
@@ -47,6 +52,10 @@ def _args():
     ap.add_argument("--kinds", default=None, help="with --sweep: only these kernels (comma-separated: qkv, o_proj, gate_up, down, attn, combine, lm_head)")
     ap.add_argument("--prefetch-off", action="store_true", help="also every figure with DSPARK_L2_PREFETCH=0")
     ap.add_argument("--shape", default=None, help="a guard shape's name (harness.profiles) instead of the bundled model's")
+    ap.add_argument("--tables", default=None,
+                    help="JSON {name: table} (a table as --table takes): each timed at each context and row count, "
+                    "two passes, alternating")
+    ap.add_argument("--switch", default=None, help="a kernel switch (gpu_timing.SWITCH_CACHES) timed on and off, alternating")
     ap.add_argument("--attn-splits", default=None,
                     help="only the step at each context and row count with these keys per attention split "
                     "(comma-separated; 0 = default_split), each split's pass after the other, twice")
@@ -109,8 +118,8 @@ def candidates(name: str, shape: tuple[str, int, int]):
             yield replace(tuning.config_for(*shape), **{field: v})
 
 
-def load_table(text: str) -> None:
-    for key, cfg in json.loads(text).items():
+def load_table(text: str | dict) -> None:
+    for key, cfg in (json.loads(text) if isinstance(text, str) else text).items():
         kind, nk = key.split(":")
         n, k = (int(v) for v in nk.split("x"))
         tuning.TABLE[(kind, n, k)] = tuning.LaunchConfig(**cfg)
@@ -200,6 +209,37 @@ def main() -> int:
     tree = str(ARGS.tree or "this tree")
     if ARGS.table:
         load_table(ARGS.table)
+    if ARGS.switch:
+        for rep in range(2):
+            for on in (True, False):
+                set_switch(ARGS.switch, on)
+                for ctx in contexts:
+                    for rows in (1, 7):
+                        emit(tree=tree, switch=ARGS.switch, on=on, rep=rep, ctx=ctx, rows=rows,
+                             us=step_us(model, ctx, rows, ARGS.replays))
+        set_switch(ARGS.switch, True)
+        return 0
+    if ARGS.tables:
+        base = dict(tuning.TABLE)
+        named = json.loads(ARGS.tables)
+        for rep in range(2):
+            for name, table in named.items():
+                tuning.TABLE.clear()
+                tuning.TABLE.update(base)
+                load_table(table)
+                for ctx in contexts:
+                    for rows in (1, 7):
+                        try:
+                            us = step_us(model, ctx, rows, ARGS.replays)
+                        except Exception as exc:  # a table whose kernels do not compile (registers, shared memory)
+                            emit(tree=tree, table=name, ctx=ctx, error=str(exc).splitlines()[0][:160])
+                            continue
+                        emit(tree=tree, table=name, rep=rep, ctx=ctx, rows=rows, us=us)
+                if ARGS.breakdown and rep == 1:
+                    emit(tree=tree, table=name, ctx=contexts[-1], breakdown_us=breakdown(model, contexts[-1], ARGS.replays))
+        tuning.TABLE.clear()
+        tuning.TABLE.update(base)
+        return 0
     if ARGS.attn_splits:
         from kernels.decode_attention import default_split
 

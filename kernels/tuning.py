@@ -33,9 +33,11 @@ DEFAULTS = {
 # dependent launch and the L2 prefetch on. First swept at ctx 4096 on 2026-12-02, while RMSNorm was
 # folded into the K walk; swept again at ctx 7936 on 2026-12-04 with the unrolled norm pass and the
 # early epilogue, which changed qkv (one program per head again, 128-wide K steps, 4 warps) and gate/up
-# (128-wide K steps): the step 3-5 % faster at 1k, 4k and 7936, 1 and 7 rows (docs/perf.md).
+# (128-wide K steps): the step 3-5 % faster at 1k, 4k and 7936, 1 and 7 rows (docs/perf.md). QKV's 5
+# pipeline stages (was 4) from a one-field-at-a-time descent at 4k, confirmed by re-timing and again in
+# three later calls: the step 1-1.5 % faster at 4k and 7936 (docs/perf.md, 2026-12-04 thirteenth session).
 TABLE: dict[tuple[str, int, int], LaunchConfig] = {
-    ("qkv", 960, 576): LaunchConfig(block_n=0, block_k=128, num_warps=4, num_stages=4),
+    ("qkv", 960, 576): LaunchConfig(block_n=0, block_k=128, num_warps=4, num_stages=5),
     ("linear", 576, 576): LaunchConfig(block_n=16, block_k=64, num_warps=4, num_stages=4),
     ("linear", 576, 1536): LaunchConfig(block_n=16, block_k=256, num_warps=2, num_stages=3),
     ("swiglu", 1536, 576): LaunchConfig(block_n=32, block_k=128, num_warps=4, num_stages=4),
