@@ -43,6 +43,17 @@ TABLE: dict[tuple[str, int, int], LaunchConfig] = {
     ("swiglu", 1536, 576): LaunchConfig(block_n=32, block_k=128, num_warps=4, num_stages=4),
     ("lm_head", 49152, 576): LaunchConfig(block_n=128, block_k=64, num_warps=4, num_stages=3),
     ("attn", 9, 64): LaunchConfig(block_n=0, block_k=64, num_warps=4, num_stages=2),  # split 64 (default_split)
+    # The guard shapes (harness.profiles; real models' shapes: Llama-3.2-1B, Qwen3-0.6B), swept on 2026-12-04
+    # at ctx 16384 (`bench/step_sweep.py --shape NAME --sweep --axes --contexts 16384`), each change kept
+    # only after winning a re-timing: the 1B shape's step 10 % faster (1 row; 6 % at 7 rows), the 0.6B
+    # shape's 4 % (3 %); shapes before had the kinds' defaults (docs/perf.md, thirteenth session).
+    ("qkv", 3072, 2048): LaunchConfig(block_n=0, block_k=128, num_warps=4, num_stages=4),
+    ("linear", 2048, 2048): LaunchConfig(block_n=16, block_k=128, num_warps=2, num_stages=3),
+    ("linear", 2048, 8192): LaunchConfig(block_n=16, block_k=256, num_warps=2, num_stages=4),
+    ("attn", 32, 64): LaunchConfig(block_n=0, block_k=64, num_warps=2, num_stages=3),
+    ("combine", 32, 64): LaunchConfig(block_n=0, block_k=0, num_warps=2, num_stages=1),
+    ("qkv", 4096, 1024): LaunchConfig(block_n=0, block_k=128, num_warps=4, num_stages=5),
+    ("linear", 1024, 3072): LaunchConfig(block_n=16, block_k=256, num_warps=2, num_stages=5),
 }
 
 _overrides: dict[str, LaunchConfig] = {}
