@@ -127,10 +127,7 @@ def load_table(text: str | dict) -> None:
 
 def breakdown(model: Transformer, ctx: int, replays: int) -> dict[str, float]:
     """Each kernel kind alone: one launch per layer (that layer's weights, from HBM) in one graph."""
-    import triton
-
-    from kernels.common import pdl_args
-    from kernels.decode_attention import _attn_combine_kernel, attention_triton
+    from kernels.decode_attention import attention_combine, attention_triton
     from kernels.fused_linear import fused_linear_triton
     from kernels.qkv_rope import qkv_rope_triton
 
@@ -151,10 +148,7 @@ def breakdown(model: Transformer, ctx: int, replays: int) -> dict[str, float]:
         "qkv": lambda: [qkv_rope_triton(x, lw.attn_norm, lw.wqkv, None, None, None, model.cos, model.sin, pos, cache.k[i, 0],
                                         cache.v[i, 0], c.n_heads, c.n_kv_heads, c.norm_eps) for i, lw in enumerate(L)],
         "attn": lambda: [attention_triton(q, cache.k[i, 0], cache.v[i, 0], st, en, io.workspace) for i in range(c.n_layers)],
-        "combine": lambda: [_attn_combine_kernel[(1, c.n_heads)](
-            io.workspace.part, io.workspace.lse, a, c.n_heads, io.workspace.n_splits, HD=c.head_dim,
-            BLOCK_S=triton.next_power_of_2(io.workspace.n_splits), num_warps=tuning.config_for("combine", c.n_heads, c.head_dim).num_warps,
-            **pdl_args(a)) for _ in range(c.n_layers)],
+        "combine": lambda: [attention_combine(io.workspace, 1, a) for _ in range(c.n_layers)],
         "o_proj": lambda: [fused_linear_triton(a, lw.wo, residual=x) for lw in L],
         "gate_up": lambda: [fused_linear_triton(x, lw.w_gate, norm_weight=lw.ffn_norm, eps=c.norm_eps, up_weight=lw.w_up,
                                                 out_dtype=model.dtype) for lw in L],

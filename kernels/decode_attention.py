@@ -214,6 +214,14 @@ def attention_triton(
         G=g, HD=d, SPLIT=split, BLOCK_R=block_r, BLOCK_KV=block_kv, UPCAST=UPCAST_DOT, IEEE=q.dtype == torch.float32,
         PREFETCH_LINES=lines, ELEM_BYTES=k_cache.element_size(), num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl,
     )
+    return attention_combine(workspace, m, out)
+
+
+def attention_combine(workspace: AttentionWorkspace, m: int, out: torch.Tensor) -> torch.Tensor:
+    """Pass 2 alone: rows 0..m-1 of the workspace's split partials combined into out [m, H*D] (what
+    attention_triton launches after its split pass; bench/step_sweep.py --breakdown times it alone)."""
+    h, d = workspace.part.shape[1], workspace.part.shape[3]
+    ns = workspace.n_splits
     _attn_combine_kernel[(m, h)](workspace.part, workspace.lse, out, h, ns, HD=d, BLOCK_S=triton.next_power_of_2(ns),
-                                 num_warps=config_for("combine", h, d).num_warps, **pdl)
+                                 num_warps=config_for("combine", h, d).num_warps, **pdl_args(out))
     return out
