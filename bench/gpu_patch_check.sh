@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Measure an engine patch that has not landed, in one device call, without staging the model: apply it to
+# the carried tree, run the GPU suite on the patched tree, then time the captured step with the patch's
+# kernel switch on and off (bench/step_sweep.py --switch, 1 and 7 rows at 1k, 4k and 7936, alternating).
+#   device run:  bash bench/gpu_patch_check.sh docs/perf-data/2026-12-04-fused-mlp/fused-mlp-not-run.patch DSPARK_FUSED_MLP
+# The switch must be one of bench/gpu_timing.py's SWITCH_CACHES once the patch is applied. Writes
+# sha256.txt, gpu-tests.log and switch.jsonl to $OUT and prints the step per cell, off -> on.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+patch=${1:-}; switch=${2:-}
+if [ -z "$patch" ] || [ -z "$switch" ] || [ ! -f "$patch" ]; then
+  echo "gpu_patch_check: usage: bash bench/gpu_patch_check.sh PATCH SWITCH (got '${patch}' '${switch}')"; exit 2
+fi
+git apply "$patch" || { echo "gpu_patch_check: $patch does not apply to this tree"; exit 2; }
+grep -q "\"$switch\"" bench/gpu_timing.py || { echo "gpu_patch_check: $switch is not a switch of bench/gpu_timing.py"; exit 2; }
+find engine kernels -name '*.py' | LC_ALL=C sort | xargs sha256sum > "$OUT/sha256.txt"
+OUT=$OUT timeout 300 bash bench/gpu_tests.sh > /dev/null 2>&1
+echo "tests/gpu exit $?: $(grep -E 'passed|failed' "$OUT/gpu-tests.log" | tail -n 1)"
+timeout 240 python3 bench/step_sweep.py --switch "$switch" --contexts 1024,4096,7936 --replays 100 > "$OUT/switch.jsonl" 2> "$OUT/switch.err"
+echo "step_sweep exit $?"
+python3 - "$OUT" <<'PY'
+import json, statistics, sys
+t = {}
+for line in open(f"{sys.argv[1]}/switch.jsonl"):
+    r = json.loads(line)
+    t.setdefault((r["ctx"], r["rows"]), {}).setdefault(r["on"], []).append(r["us"])
+for (ctx, rows), v in sorted(t.items()):
+    off, on = statistics.median(v[False]), statistics.median(v[True])
+    print(f"ctx {ctx} rows {rows}: off {off:.1f} us, on {on:.1f} us ({on / off - 1:+.1%}); passes off {v[False]}, on {v[True]}")
+PY
