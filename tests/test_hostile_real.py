@@ -187,7 +187,7 @@ def test_a_lossy_pr_that_prints_contract_lines_is_still_rejected(real):
     out = score(real, "lossy-loud")
     assert out.verdict.tier == "REJECT" and out.verdict.status == "rejected", out.verdict.reason
     assert "not main's greedy continuation" in gate(out, "lossless").detail, out.verdict.reason
-    assert gate(out, "integrity").status == "pass"
+    assert gate(out, "integrity").status == "pass", gate(out, "integrity").detail
 
 
 def test_sharper_logits_fail_the_full_vocabulary_kl(real):
