@@ -51,22 +51,7 @@ PY
       timeout 330 python3 bench/step_sweep.py --tables "$(cat "$TABLES")" --contexts 1024,4096,7936 --replays 100 --breakdown \
         > "$OUT/tables.jsonl" 2> "$OUT/tables.err"
       echo "tables exit $?"
-      python3 - "$OUT" <<'PY'
-import json, statistics, sys
-rows = [json.loads(l) for l in open(f"{sys.argv[1]}/tables.jsonl")]
-t = {}
-for r in rows:
-    if "us" in r:
-        t.setdefault(r["table"], {}).setdefault((r["ctx"], r["rows"]), []).append(r["us"])
-    elif "error" in r:
-        print("error", r["table"], r["error"])
-    elif "breakdown_us" in r:
-        print("breakdown", r["table"], {k: round(v, 2) for k, v in r["breakdown_us"].items()})
-base = {k: statistics.median(v) for k, v in t.get("base", {}).items()}
-for name, cells in t.items():
-    print(name, " ".join(f"{c[0]}/{c[1]}:{statistics.median(v):.1f}({statistics.median(v) / base[c] - 1:+.1%})"
-                         for c, v in sorted(cells.items()) if c in base))
-PY
+      python3 bench/step_summary.py "$OUT/tables.jsonl"
     fi
     ;;
   2) ;;

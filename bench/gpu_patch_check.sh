@@ -19,13 +19,4 @@ OUT=$OUT timeout 300 bash bench/gpu_tests.sh > /dev/null 2>&1
 echo "tests/gpu exit $?: $(grep -E 'passed|failed' "$OUT/gpu-tests.log" | tail -n 1)"
 timeout 240 python3 bench/step_sweep.py --switch "$switch" --contexts 1024,4096,7936 --replays 100 > "$OUT/switch.jsonl" 2> "$OUT/switch.err"
 echo "step_sweep exit $?"
-python3 - "$OUT" <<'PY'
-import json, statistics, sys
-t = {}
-for line in open(f"{sys.argv[1]}/switch.jsonl"):
-    r = json.loads(line)
-    t.setdefault((r["ctx"], r["rows"]), {}).setdefault(r["on"], []).append(r["us"])
-for (ctx, rows), v in sorted(t.items()):
-    off, on = statistics.median(v[False]), statistics.median(v[True])
-    print(f"ctx {ctx} rows {rows}: off {off:.1f} us, on {on:.1f} us ({on / off - 1:+.1%}); passes off {v[False]}, on {v[True]}")
-PY
+python3 bench/step_summary.py "$OUT/switch.jsonl"
