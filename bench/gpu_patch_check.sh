@@ -3,8 +3,10 @@
 # the carried tree, run the GPU suite on the patched tree, then time the captured step with the patch's
 # kernel switch on and off (bench/step_sweep.py --switch, 1 and 7 rows at 1k, 4k and 7936, alternating).
 #   device run:  bash bench/gpu_patch_check.sh docs/perf-data/2026-12-04-fused-mlp/fused-mlp-not-run.patch DSPARK_FUSED_MLP
+# With TABLES=a JSON file of named tables (bench/step_sweep.py --tables, one named "base"), also the step at
+# 4k under each table with the switch on (the patch's own launch kinds tuned in the same call).
 # The switch must be one of bench/gpu_timing.py's SWITCH_CACHES once the patch is applied. Writes
-# sha256.txt, gpu-tests.log and switch.jsonl to $OUT and prints the step per cell, off -> on.
+# sha256.txt, gpu-tests.log, switch.jsonl (and tables.jsonl) to $OUT and prints the step per cell, off -> on.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -20,3 +22,9 @@ echo "tests/gpu exit $?: $(grep -E 'passed|failed' "$OUT/gpu-tests.log" | tail -
 timeout 240 python3 bench/step_sweep.py --switch "$switch" --contexts 1024,4096,7936 --replays 100 > "$OUT/switch.jsonl" 2> "$OUT/switch.err"
 echo "step_sweep exit $?"
 python3 bench/step_summary.py "$OUT/switch.jsonl"
+if [ -n "${TABLES:-}" ]; then
+  env "$switch=1" timeout 240 python3 bench/step_sweep.py --tables "$(cat "$TABLES")" --contexts 4096 --replays 100 \
+    > "$OUT/tables.jsonl" 2> "$OUT/tables.err"
+  echo "step_sweep --tables exit $?"
+  python3 bench/step_summary.py "$OUT/tables.jsonl"
+fi
