@@ -4,14 +4,16 @@
 # device-minutes on the H200 on 2026-12-04; the machine goes back 30 s after a call, so prepare all three).
 # First, here:
 #   ../shared/tools/device-stage                      # .devstage/p1 p2 p3 and stage.sh (the bundled model)
-#   git archive --format=tar.gz -o .devstage/base.tgz <previous main> engine kernels harness bench tests/gpu
+#   git archive --format=tar.gz -o .devstage/base.tgz <previous main> engine kernels harness bench tests/gpu \
+#     ':(exclude)engine/dspark/weights'              # (the drafter: this tree's is used; the call must stay < 64 MiB)
 #   .whl/ as bench/gpu_ruler_check.sh says (pydantic, cryptography, gguf, ..., bubblewrap)
 # Then:
 #   call 1: carry [.devstage/p1, .devstage/stage.sh, .devstage/base.tgz]   bash bench/gpu_land.sh 1
 #           stages part 1; sha256 of engine/ and kernels/; tests/gpu; bench/step_sweep.py on the previous
 #           main's tree and on this one (1 and 7 rows at 1k, 4k and 7936), one after the other
 #           With TABLES=a JSON file of named tables (bench/step_sweep.py --tables), also each table's
-#           step against this tree's table ("base": {}), two alternating passes, and its per-kernel breakdown
+#           step against this tree's table ("base": {}), two alternating passes, and its per-kernel breakdown;
+#           with SWITCHES="VAR ..." (bench/gpu_timing.py's switches), each one timed on and off in one process
 #   call 2: carry [.devstage/p2, .devstage/stage.sh]                        bash bench/gpu_land.sh 2
 #   call 3: carry [.devstage/p3, .devstage/stage.sh, .whl]                  bash bench/gpu_land.sh 3
 #           the bot's setup (bench/gpu_ruler_check.sh: prevmain = the previous main's engine, thismain =
@@ -53,6 +55,13 @@ PY
       echo "tables exit $?"
       python3 bench/step_summary.py "$OUT/tables.jsonl"
     fi
+    for sw in ${SWITCHES:-}; do
+      timeout 240 python3 bench/step_sweep.py --switch "$sw" --contexts 1024,4096,7936 --replays 100 > "$OUT/switch-$sw.jsonl" \
+        2> "$OUT/switch-$sw.err"
+      echo "switch $sw exit $?"
+      python3 bench/step_summary.py "$OUT/switch-$sw.jsonl"
+    done
+    find "$OUT" -maxdepth 1 -name '*.err' -empty -delete  # a call returns only a few files
     ;;
   2) ;;
   3)

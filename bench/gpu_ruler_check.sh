@@ -112,10 +112,11 @@ PY
   off_on nopdl pdl unstall kernels/common.py $'    if os.environ.get("DSPARK_PDL", "1") == "0" or UPCAST_DOT:\n' \
     $'    if True:  # nopdl: programmatic dependent launch off\n' "programmatic dependent launch"
   # With .devstage/base.tgz (git archive of the previous main's engine, kernels, harness, bench and
-  # tests/gpu): prevmain = the unstalled tree with engine/ and kernels/ as the previous main has them,
+  # tests/gpu; without engine/dspark/weights, the shipped drafter, this tree's is used then): prevmain = the unstalled tree with engine/ and kernels/ as the previous main has them,
   # thismain = prevmain with this tree's engine/ and kernels/ (the session's engine change, scored as a PR).
   if [ -f "$TREE/.devstage/base.tgz" ]; then
     git checkout -qb prevmain unstall && rm -rf kernels engine && tar -xzf "$TREE/.devstage/base.tgz" kernels engine \
+      && { [ -d engine/dspark/weights ] || git checkout -q unstall -- engine/dspark/weights; } \
       && git add -A kernels engine && git commit -qm "prevmain: engine/ and kernels/ as the previous main has them" \
       && git checkout -qb thismain && rm -rf kernels engine && git checkout -q unstall -- kernels engine \
       && git add -A kernels engine && git commit -qm "thismain: this tree's engine/ and kernels/" && git checkout -q main

@@ -69,9 +69,10 @@ class Ops:
         self.qkv_rope = qkv_rope_triton if t else qkv_rope_reference
         self.greedy_commit = greedy_commit_triton if t else greedy_commit_reference
 
-    def attention(self, q, k_cache, v_cache, kv_start, kv_end, workspace):
+    def attention(self, q, k_cache, v_cache, kv_start, kv_end, workspace, fresh=None):
+        """fresh: the positions the kernel just before wrote into these caches (attention_triton)."""
         if self.backend == "triton":
-            return attention_triton(q, k_cache, v_cache, kv_start, kv_end, workspace)
+            return attention_triton(q, k_cache, v_cache, kv_start, kv_end, workspace, fresh=fresh)
         return attention_reference(q, k_cache, v_cache, kv_start, kv_end)
 
 
@@ -251,7 +252,7 @@ class Transformer:
             kc, vc = cache.k[i, 0], cache.v[i, 0]
             q = ops.qkv_rope(x, lw.attn_norm, lw.wqkv, lw.bqkv, lw.q_norm, lw.k_norm, self.cos, self.sin,
                              pos if triton_path else pos.long(), kc, vc, c.n_heads, c.n_kv_heads, c.norm_eps)
-            a = ops.attention(q, kc, vc, io.kv_start[:rows], io.kv_end[:rows], io.workspace)
+            a = ops.attention(q, kc, vc, io.kv_start[:rows], io.kv_end[:rows], io.workspace, fresh=pos)
             x = ops.fused_linear(a, lw.wo, residual=x)
             h = ops.fused_linear(x, lw.w_gate, norm_weight=lw.ffn_norm, eps=c.norm_eps, up_weight=lw.w_up, out_dtype=self.dtype)
             slot = io.capture_slot.get(i)

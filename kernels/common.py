@@ -67,6 +67,15 @@ def unroll_env_on() -> bool:
     return os.environ.get("DSPARK_UNROLL_NORM", "1") != "0"
 
 
+# A decode attention split of one block of keys loads them before its dependency wait (decode_attention,
+# `fresh`): only the layer's QKV kernel, launched just before it, writes the cache, at its rows'
+# positions, and a block holding one of those is loaded again after the wait. The same values either
+# way, so the same bits. DSPARK_ATTN_PRELOAD=0 turns it off (bench/step_sweep.py --switch measures both).
+@functools.cache
+def preload_on() -> bool:
+    return os.environ.get("DSPARK_ATTN_PRELOAD", "1") != "0"
+
+
 def unroll_norm(k: int, block_k: int) -> int:
     """The UNROLL_NORM of a kernel whose norm pass is k long in steps of block_k: k, or 0 (a loop)."""
     return k if unroll_env_on() and -(-k // block_k) <= UNROLL_MAX_STEPS else 0

@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import UPCAST_DOT, l2_prefetch, mma, pdl_args, pdl_start, prefetch_lines, prefetch_on
+from kernels.common import UPCAST_DOT, l2_prefetch, mma, pdl_args, pdl_start, prefetch_lines, prefetch_on, preload_on
 from kernels.tuning import config_for
 
 LOG2E = 1.4426950408889634
@@ -62,6 +62,49 @@ def attn_prefetch(kvh, split, k_ptr, v_ptr, CAP, cache_head_stride, HD: tl.const
 
 
 @triton.jit
+def attn_block(q, k, v, kpos, kv_start, kv_end, m_i, l_i, acc, scale_log2, IEEE: tl.constexpr, UPCAST: tl.constexpr):
+    """One block of keys (positions kpos, loaded as k and v) folded into the running softmax (m_i, l_i, acc)."""
+    s = mma(q, tl.trans(k), tl.zeros([q.shape[0], k.shape[0]], dtype=tl.float32), IEEE, UPCAST)
+    s = s * scale_log2
+    valid = (kpos[None, :] >= kv_start[:, None]) & (kpos[None, :] < kv_end[:, None])
+    s = tl.where(valid, s, -1.0e30)
+    m_new = tl.maximum(m_i, tl.max(s, axis=1))
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.where(valid, tl.exp2(s - m_new[:, None]), 0.0)
+    l_i = l_i * alpha + tl.sum(p, axis=1)
+    acc = mma(p.to(v.dtype), v, acc * alpha[:, None], IEEE, UPCAST)
+    return m_new, l_i, acc
+
+
+@triton.jit
+def attn_split_rows(kvh, q_ptr, start_ptr, end_ptr, M, H, G: tl.constexpr, HD: tl.constexpr, BLOCK_R: tl.constexpr,
+                    CACHE: tl.constexpr):
+    """The (row, query head) pairs of one KV head's group: their rows' windows and queries."""
+    r = tl.arange(0, BLOCK_R)
+    row = r // G
+    head = kvh * G + r % G
+    r_mask = row < M
+    d = tl.arange(0, HD)
+    kv_start = tl.load(start_ptr + row, mask=r_mask, other=0)
+    kv_end = tl.load(end_ptr + row, mask=r_mask, other=0)
+    q = tl.load(q_ptr + row[:, None] * (H * HD) + head[:, None] * HD + d[None, :], mask=r_mask[:, None], other=0.0,
+                cache_modifier=CACHE)
+    return row, head, r_mask, kv_start, kv_end, q
+
+
+@triton.jit
+def attn_split_store(split, row, head, r_mask, m_i, l_i, acc, out_ptr, lse_ptr, H, n_splits, HD: tl.constexpr):
+    """A split's normalised partial output and its log-sum-exp (-inf where a row saw no key of it)."""
+    d = tl.arange(0, HD)
+    has = l_i > 0.0
+    lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
+    out = acc / tl.where(has, l_i, 1.0)[:, None]
+    idx = (row * H + head) * n_splits + split
+    tl.store(out_ptr + idx[:, None] * HD + d[None, :], out, mask=r_mask[:, None])
+    tl.store(lse_ptr + idx, lse, mask=r_mask)
+
+
+@triton.jit
 def attn_split_tile(
     kvh, split, q_ptr, k_ptr, v_ptr, start_ptr, end_ptr, out_ptr, lse_ptr,
     M, H, CAP, cache_head_stride, n_splits, scale_log2,
@@ -70,17 +113,10 @@ def attn_split_tile(
 ):
     """Pass 1 for one (KV head, split): every row and query head of the group against the split's keys.
     CACHE: the load cache modifier of q and the cache (see fused_linear.linear_tile)."""
-    r = tl.arange(0, BLOCK_R)
-    row = r // G
-    head = kvh * G + r % G
-    r_mask = row < M
+    row, head, r_mask, kv_start, kv_end, q = attn_split_rows(kvh, q_ptr, start_ptr, end_ptr, M, H, G, HD, BLOCK_R, CACHE)
     d = tl.arange(0, HD)
-    kv_start = tl.load(start_ptr + row, mask=r_mask, other=0)
-    kv_end = tl.load(end_ptr + row, mask=r_mask, other=0)
     lo = split * SPLIT
     hi = tl.minimum(lo + SPLIT, tl.max(kv_end, axis=0))
-    q = tl.load(q_ptr + row[:, None] * (H * HD) + head[:, None] * HD + d[None, :], mask=r_mask[:, None], other=0.0,
-                cache_modifier=CACHE)
     m_i = tl.full([BLOCK_R], -1.0e30, dtype=tl.float32)
     l_i = tl.zeros([BLOCK_R], dtype=tl.float32)
     acc = tl.zeros([BLOCK_R, HD], dtype=tl.float32)
@@ -90,40 +126,52 @@ def attn_split_tile(
         kpos = kb + tl.arange(0, BLOCK_KV)
         in_cache = (kpos < CAP)[:, None]
         k = tl.load(k_base + kpos[:, None] * HD + d[None, :], mask=in_cache, other=0.0, cache_modifier=CACHE)
-        s = mma(q, tl.trans(k), tl.zeros([BLOCK_R, BLOCK_KV], dtype=tl.float32), IEEE, UPCAST)
-        s = s * scale_log2
-        valid = (kpos[None, :] >= kv_start[:, None]) & (kpos[None, :] < kv_end[:, None])
-        s = tl.where(valid, s, -1.0e30)
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.where(valid, tl.exp2(s - m_new[:, None]), 0.0)
-        l_i = l_i * alpha + tl.sum(p, axis=1)
         v = tl.load(v_base + kpos[:, None] * HD + d[None, :], mask=in_cache, other=0.0, cache_modifier=CACHE)
-        acc = mma(p.to(v.dtype), v, acc * alpha[:, None], IEEE, UPCAST)
-        m_i = m_new
-    has = l_i > 0.0
-    lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
-    out = acc / tl.where(has, l_i, 1.0)[:, None]
-    idx = (row * H + head) * n_splits + split
-    tl.store(out_ptr + idx[:, None] * HD + d[None, :], out, mask=r_mask[:, None])
-    tl.store(lse_ptr + idx, lse, mask=r_mask)
+        m_i, l_i, acc = attn_block(q, k, v, kpos, kv_start, kv_end, m_i, l_i, acc, scale_log2, IEEE, UPCAST)
+    attn_split_store(split, row, head, r_mask, m_i, l_i, acc, out_ptr, lse_ptr, H, n_splits, HD)
 
 
 @triton.jit(do_not_specialize=["M"])
 def _attn_split_kernel(
-    q_ptr, k_ptr, v_ptr, start_ptr, end_ptr, out_ptr, lse_ptr,
+    q_ptr, k_ptr, v_ptr, start_ptr, end_ptr, fresh_ptr, out_ptr, lse_ptr,
     M, H, CAP, cache_head_stride, n_splits, scale_log2,
     G: tl.constexpr, HD: tl.constexpr, SPLIT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_KV: tl.constexpr,
     IEEE: tl.constexpr, UPCAST: tl.constexpr, PREFETCH_LINES: tl.constexpr, ELEM_BYTES: tl.constexpr,
-    USE_PDL: tl.constexpr,
+    USE_PDL: tl.constexpr, PRELOAD: tl.constexpr,
 ):
     kvh = tl.program_id(0)
     split = tl.program_id(1)
-    if PREFETCH_LINES > 0:
-        attn_prefetch(kvh, split, k_ptr, v_ptr, CAP, cache_head_stride, HD, SPLIT, PREFETCH_LINES, ELEM_BYTES, USE_PDL)
-    pdl_start(USE_PDL)
-    attn_split_tile(kvh, split, q_ptr, k_ptr, v_ptr, start_ptr, end_ptr, out_ptr, lse_ptr, M, H, CAP, cache_head_stride,
-                    n_splits, scale_log2, G, HD, SPLIT, BLOCK_R, BLOCK_KV, IEEE, UPCAST, "")
+    if PRELOAD:
+        # The split is one block of keys (SPLIT == BLOCK_KV), loaded before the dependency wait: the kernel
+        # before this one (the layer's QKV) writes the cache only at its rows' positions (fresh_ptr), and a
+        # block holding one of them is loaded again after the wait. The arithmetic is attn_split_tile's.
+        lo = split * SPLIT
+        kpos = lo + tl.arange(0, BLOCK_KV)
+        d = tl.arange(0, HD)
+        in_cache = (kpos < CAP)[:, None]
+        k_at = k_ptr + kvh * cache_head_stride + kpos[:, None] * HD + d[None, :]
+        v_at = v_ptr + kvh * cache_head_stride + kpos[:, None] * HD + d[None, :]
+        k = tl.load(k_at, mask=in_cache, other=0.0)
+        v = tl.load(v_at, mask=in_cache, other=0.0)
+        pdl_start(USE_PDL)
+        row, head, r_mask, kv_start, kv_end, q = attn_split_rows(kvh, q_ptr, start_ptr, end_ptr, M, H, G, HD, BLOCK_R, "")
+        rr = tl.arange(0, BLOCK_R)
+        fresh = tl.load(fresh_ptr + rr, mask=rr < M, other=-1)
+        if tl.max(((fresh >= lo) & (fresh < lo + BLOCK_KV)).to(tl.int32), axis=0) > 0:
+            k = tl.load(k_at, mask=in_cache, other=0.0)
+            v = tl.load(v_at, mask=in_cache, other=0.0)
+        m_i = tl.full([BLOCK_R], -1.0e30, dtype=tl.float32)
+        l_i = tl.zeros([BLOCK_R], dtype=tl.float32)
+        acc = tl.zeros([BLOCK_R, HD], dtype=tl.float32)
+        if lo < tl.minimum(lo + SPLIT, tl.max(kv_end, axis=0)):  # attn_split_tile's loop, one block
+            m_i, l_i, acc = attn_block(q, k, v, kpos, kv_start, kv_end, m_i, l_i, acc, scale_log2, IEEE, UPCAST)
+        attn_split_store(split, row, head, r_mask, m_i, l_i, acc, out_ptr, lse_ptr, H, n_splits, HD)
+    else:
+        if PREFETCH_LINES > 0:
+            attn_prefetch(kvh, split, k_ptr, v_ptr, CAP, cache_head_stride, HD, SPLIT, PREFETCH_LINES, ELEM_BYTES, USE_PDL)
+        pdl_start(USE_PDL)
+        attn_split_tile(kvh, split, q_ptr, k_ptr, v_ptr, start_ptr, end_ptr, out_ptr, lse_ptr, M, H, CAP,
+                        cache_head_stride, n_splits, scale_log2, G, HD, SPLIT, BLOCK_R, BLOCK_KV, IEEE, UPCAST, "")
 
 
 @triton.jit
@@ -187,7 +235,12 @@ def attention_triton(
     workspace: AttentionWorkspace,
     out: torch.Tensor | None = None,
     scale: float | None = None,
+    fresh: torch.Tensor | None = None,
 ) -> torch.Tensor:
+    """Attention of q's rows over the caches, each row over its keys [kv_start, kv_end), into out [M, H*D].
+    fresh: the positions (int32, one per row of q) at which the kernel launched just before this one wrote
+    these caches (the layer's QKV); keys elsewhere are then read before the dependency wait (preload_on).
+    None: every key is read after it."""
     m, h, d = q.shape
     kvh, cap, _ = k_cache.shape
     g = h // kvh
@@ -207,12 +260,16 @@ def attention_triton(
     block_r = max(16, triton.next_power_of_2(workspace.max_rows * g))
     ns = workspace.n_splits
     pdl = pdl_args(q)
+    preload = fresh is not None and split == block_kv and preload_on()
+    if preload and (fresh.dtype != torch.int32 or fresh.shape[0] < m):
+        raise ValueError("attention: fresh must hold an int32 position for each row of q")
     lines = prefetch_lines(split * d * k_cache.element_size()) if prefetch_on(pdl, k_cache.nbytes + v_cache.nbytes) else 0
     _attn_split_kernel[(kvh, ns)](
-        q, k_cache, v_cache, kv_start, kv_end, workspace.part, workspace.lse,
+        q, k_cache, v_cache, kv_start, kv_end, fresh if preload else kv_end, workspace.part, workspace.lse,
         m, h, cap, k_cache.stride(0), ns, scale * LOG2E,
         G=g, HD=d, SPLIT=split, BLOCK_R=block_r, BLOCK_KV=block_kv, UPCAST=UPCAST_DOT, IEEE=q.dtype == torch.float32,
-        PREFETCH_LINES=lines, ELEM_BYTES=k_cache.element_size(), num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl,
+        PREFETCH_LINES=lines, ELEM_BYTES=k_cache.element_size(), PRELOAD=preload, num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages, **pdl,
     )
     return attention_combine(workspace, m, out)
 

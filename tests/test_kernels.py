@@ -188,6 +188,35 @@ def test_split_attention(dtype, heads, kv_heads, head_dim, cap, split, gen):
     assert rel_err(got, want) < bound(dtype)
 
 
+@pytest.mark.parametrize("first", [60, 128, 190])
+def test_attention_reading_keys_early_sees_what_qkv_rope_just_wrote(first, gen):
+    """With fresh= the rows' positions, a split of one block of keys loads its keys and values before the
+    dependency wait, and again after it where the kernel just before (qkv_rope) wrote. Launched right after
+    qkv_rope wrote the rows' keys and values over NaNs (rows across a split boundary, at one, inside
+    one), it gives the bits of the same attention reading every key after the wait."""
+    heads, kv_heads, hd, d, cap, m = 9, 3, 64, 96, 300, 7
+    x = randn(m, d, g=gen)
+    nw = randn(d, g=gen) * 0.1 + 1.0
+    w = randn((heads + 2 * kv_heads) * hd, d, g=gen, dtype=torch.bfloat16, scale=d**-0.5)
+    cos, sin = rope_tables(hd, 10000.0, RopeScaling(), cap, DEV)
+    pos = torch.arange(first, first + m, dtype=torch.int32, device=DEV)
+    kc = randn(kv_heads, cap, hd, g=gen, dtype=torch.bfloat16)
+    vc = randn(kv_heads, cap, hd, g=gen, dtype=torch.bfloat16)
+    kc[:, pos.long()] = float("nan")
+    vc[:, pos.long()] = float("nan")
+    start = torch.zeros(m, dtype=torch.int32, device=DEV)
+    end = pos + 1
+    ws = AttentionWorkspace(8, heads, hd, cap, 64, DEV)
+    q = qkv_rope_triton(x, nw, w, None, None, None, cos, sin, pos, kc, vc, heads, kv_heads, 1e-6)
+    early = attention_triton(q, kc, vc, start, end, ws, fresh=pos).clone()
+    late = attention_triton(q, kc, vc, start, end, ws).clone()
+    assert torch.isfinite(early).all(), "a split used keys loaded before qkv_rope wrote them"
+    assert torch.equal(early, late)
+    assert rel_err(late, attention_reference(q, kc, vc, start, end)) < bound(torch.bfloat16)
+    with pytest.raises(ValueError, match="int32 position"):
+        attention_triton(q, kc, vc, start, end, ws, fresh=pos.long())
+
+
 def test_default_split_leaves_at_most_max_splits_with_the_fewest_keys():
     """The measured optima (docs/perf.md, 2026-12-04): 64 keys at 2,048 and 5,120 slots, 128 at 9,216,
     256 at 17,408; a power of two in [64, 1024] whose splits fit the combine's tile wherever it can."""

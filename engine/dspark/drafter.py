@@ -161,7 +161,7 @@ class DrafterRuntime:
         for i, lw in enumerate(self.layers):
             q = ops.qkv_rope(x, lw.attn_norm, lw.wqkv, None, None, None, self.cos, self.sin, pos_arg,
                              self.k[i], self.v[i], c.n_heads, c.n_kv_heads, c.norm_eps)
-            a = ops.attention(q, self.k[i], self.v[i], kv_start, kv_end, self.workspace)
+            a = ops.attention(q, self.k[i], self.v[i], kv_start, kv_end, self.workspace, fresh=pos)
             x = ops.fused_linear(a, lw.wo, residual=x)
             hh = ops.fused_linear(x, lw.w_gate, norm_weight=lw.ffn_norm, eps=c.norm_eps, up_weight=lw.w_up, out_dtype=self.target.dtype)
             x = ops.fused_linear(hh, lw.w_down, residual=x)
