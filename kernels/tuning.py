@@ -42,7 +42,11 @@ TABLE: dict[tuple[str, int, int], LaunchConfig] = {
     ("linear", 576, 1536): LaunchConfig(block_n=16, block_k=256, num_warps=2, num_stages=3),
     ("swiglu", 1536, 576): LaunchConfig(block_n=32, block_k=128, num_warps=4, num_stages=4),
     ("lm_head", 49152, 576): LaunchConfig(block_n=128, block_k=64, num_warps=4, num_stages=3),
-    ("attn", 9, 64): LaunchConfig(block_n=0, block_k=64, num_warps=4, num_stages=2),  # split 64 (default_split)
+    # block_k = keys per inner block, at most the split's: a split of 64 keys (contexts to ~7,800) is one block
+    # of 64; from ~7,900 the split is 128 keys, one block of 128, so it too is read before the dependency
+    # wait (decode_attention `fresh`): the step at 7936 0.7 % (1 row) / 0.9 % (7 rows) faster than in two
+    # blocks of 64 (docs/perf.md, 2026-12-04 fourteenth session).
+    ("attn", 9, 64): LaunchConfig(block_n=0, block_k=128, num_warps=4, num_stages=2),
     # The guard shapes (harness.profiles; real models' shapes: Llama-3.2-1B, Qwen3-0.6B), swept on 2026-12-04
     # at ctx 16384 (`bench/step_sweep.py --shape NAME --sweep --axes --contexts 16384`), each change kept
     # only after winning a re-timing: the 1B shape's step 10 % faster (1 row; 6 % at 7 rows), the 0.6B
