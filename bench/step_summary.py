@@ -3,6 +3,7 @@ switch on / off), the median step of its two passes at each (context, rows), aga
 same run (the table "base", or the switch off), plus any per-kernel breakdowns and errors.
 
     python bench/step_summary.py OUT/tables.jsonl
+    python bench/step_summary.py --pick OUT/tables.jsonl     the table to adopt, or "none" (see pick)
 """
 
 from __future__ import annotations
@@ -37,17 +38,51 @@ def summarise(lines: list[dict]) -> list[str]:
     return out
 
 
+def medians(lines: list[dict]) -> dict[str, dict[tuple[int, int], float]]:
+    """Per named table, the median step of its passes at each (context, rows)."""
+    steps: dict[str, dict[tuple[int, int], list[float]]] = {}
+    for r in lines:
+        if "table" in r and "us" in r:
+            steps.setdefault(r["table"], {}).setdefault((r["ctx"], r["rows"]), []).append(r["us"])
+    return {t: {cell: statistics.median(v) for cell, v in cells.items()} for t, cells in steps.items()}
+
+
+def pick(lines: list[dict], min_gain: float = 0.005) -> str:
+    """The table to adopt over "base": one no slower in any cell it was timed in (every cell of base), whose
+    1-row steps are on average at least min_gain faster; of those, the lowest mean ratio over all cells.
+    "none" when no table qualifies (or a table failed in some cell)."""
+    med = medians(lines)
+    base = med.get("base", {})
+    failed = {r["table"] for r in lines if "table" in r and "error" in r}
+    best, best_ratio = "none", 1.0
+    for name, cells in med.items():
+        if name == "base" or name in failed or not base or set(cells) != set(base):
+            continue
+        ratios = {cell: cells[cell] / base[cell] for cell in base}
+        one_row = [v for (ctx, rows), v in ratios.items() if rows == 1]
+        if max(ratios.values()) > 1.0 or not one_row or statistics.mean(one_row) > 1.0 - min_gain:
+            continue
+        mean = statistics.mean(ratios.values())
+        if mean < best_ratio:
+            best, best_ratio = name, mean
+    return best
+
+
 def main() -> int:
-    if len(sys.argv) != 2:
-        print("step_summary: usage: python bench/step_summary.py FILE.jsonl", file=sys.stderr)
+    args = sys.argv[1:]
+    picking = args[:1] == ["--pick"]
+    if picking:
+        args = args[1:]
+    if len(args) != 1:
+        print("step_summary: usage: python bench/step_summary.py [--pick] FILE.jsonl", file=sys.stderr)
         return 2
     try:
-        with open(sys.argv[1]) as f:
+        with open(args[0]) as f:
             lines = [json.loads(line) for line in f if line.strip()]
     except (OSError, ValueError) as exc:
-        print(f"step_summary: cannot read {sys.argv[1]}: {exc}", file=sys.stderr)
+        print(f"step_summary: cannot read {args[0]}: {exc}", file=sys.stderr)
         return 2
-    print("\n".join(summarise(lines)))
+    print(pick(lines) if picking else "\n".join(summarise(lines)))
     return 0
 
 

@@ -176,10 +176,14 @@ def _attn_split_kernel(
 
 @triton.jit
 def attn_combine_tile(row, head, part_ptr, lse_ptr, out_ptr, H, n_splits, HD: tl.constexpr, BLOCK_S: tl.constexpr,
-                      CACHE: tl.constexpr):
-    """Pass 2 for one (row, query head): the splits combined in a fixed order."""
+                      CACHE: tl.constexpr, d0, BLOCK_D: tl.constexpr):
+    """Pass 2 for one (row, query head): the splits combined in a fixed order; only the head's dimensions
+    [d0, d0 + BLOCK_D) when BLOCK_D > 0 (the splits' weights are the same for every dimension)."""
     s = tl.arange(0, BLOCK_S)
-    d = tl.arange(0, HD)
+    if BLOCK_D > 0:
+        d = d0 + tl.arange(0, BLOCK_D)
+    else:
+        d = tl.arange(0, HD)
     base = (row * H + head) * n_splits
     lse = tl.load(lse_ptr + base + s, mask=s < n_splits, other=float("-inf"), cache_modifier=CACHE)
     mx = tl.max(lse, axis=0)
@@ -195,9 +199,14 @@ def attn_combine_tile(row, head, part_ptr, lse_ptr, out_ptr, H, n_splits, HD: tl
 
 @triton.jit
 def _attn_combine_kernel(part_ptr, lse_ptr, out_ptr, H, n_splits, HD: tl.constexpr, BLOCK_S: tl.constexpr,
-                         USE_PDL: tl.constexpr):
+                         BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr):
     pdl_start(USE_PDL)
-    attn_combine_tile(tl.program_id(0), tl.program_id(1), part_ptr, lse_ptr, out_ptr, H, n_splits, HD, BLOCK_S, "")
+    if BLOCK_D > 0:  # grid (rows, heads x HD / BLOCK_D): a slice of a head's dimensions per program
+        head = tl.program_id(1) // (HD // BLOCK_D)
+        d0 = (tl.program_id(1) % (HD // BLOCK_D)) * BLOCK_D
+        attn_combine_tile(tl.program_id(0), head, part_ptr, lse_ptr, out_ptr, H, n_splits, HD, BLOCK_S, "", d0, BLOCK_D)
+    else:
+        attn_combine_tile(tl.program_id(0), tl.program_id(1), part_ptr, lse_ptr, out_ptr, H, n_splits, HD, BLOCK_S, "", 0, 0)
 
 
 MAX_SPLITS = 128  # splits a default split leaves at most (the combine takes them all in one tile)
@@ -279,6 +288,9 @@ def attention_combine(workspace: AttentionWorkspace, m: int, out: torch.Tensor) 
     attention_triton launches after its split pass; bench/step_sweep.py --breakdown times it alone)."""
     h, d = workspace.part.shape[1], workspace.part.shape[3]
     ns = workspace.n_splits
-    _attn_combine_kernel[(m, h)](workspace.part, workspace.lse, out, h, ns, HD=d, BLOCK_S=triton.next_power_of_2(ns),
-                                 num_warps=config_for("combine", h, d).num_warps, **pdl_args(out))
+    cfg = config_for("combine", h, d)
+    block_d = cfg.block_n if 0 < cfg.block_n < d and d % cfg.block_n == 0 else 0  # block_n: dimensions per program
+    _attn_combine_kernel[(m, h * (d // block_d if block_d else 1))](
+        workspace.part, workspace.lse, out, h, ns, HD=d, BLOCK_S=triton.next_power_of_2(ns), BLOCK_D=block_d,
+        num_warps=cfg.num_warps, **pdl_args(out))
     return out

@@ -143,7 +143,7 @@ def _persistent_step_kernel(
                 ok = _wait(cnt_ptr + g - 1, KVH * n_splits, ok, err_ptr, WAITS, MAX_SPIN)
                 for item in range(pid, M * H, n_programs):
                     if WORK:
-                        attn_combine_tile(item // H, item % H, part_ptr, lse_ptr, a_ptr, H, n_splits, HD, BLOCK_S, ".cg")
+                        attn_combine_tile(item // H, item % H, part_ptr, lse_ptr, a_ptr, H, n_splits, HD, BLOCK_S, ".cg", 0, 0)
                     _signal(cnt_ptr + g, SYNC)
             elif p == 3:  # o-proj + residual, in place on x (a tile reads and writes only its own columns)
                 n = tl.cdiv(D, O_BN)

@@ -25,7 +25,8 @@ DEFAULTS = {
     "lm_head": LaunchConfig(block_n=128),
     "qkv": LaunchConfig(block_n=0, block_k=64, num_warps=4, num_stages=4),  # one program per head
     "attn": LaunchConfig(block_n=0, block_k=64, num_warps=2, num_stages=2),  # block_k = keys per inner block
-    "combine": LaunchConfig(block_n=0, block_k=0, num_warps=4, num_stages=1),  # the splits' combine: warps only
+    # the splits' combine: block_n = a head's dimensions per program (0: the whole head)
+    "combine": LaunchConfig(block_n=0, block_k=0, num_warps=4, num_stages=1),
 }
 
 # (kind, N, K) -> LaunchConfig, chosen on an H200 by the whole captured step's time (bench/step_sweep.py

@@ -20,3 +20,22 @@ def test_tables_are_set_against_base_and_switches_against_off():
     assert out[2] == "x: 4096/1 91.0 (-9.9% vs base) [90.0 / 92.0]"
     switch = [{"switch": "S", "on": on, "rep": 0, "ctx": 1024, "rows": 7, "us": us} for on, us in ((True, 50.0), (False, 40.0))]
     assert step_summary.summarise(switch)[0] == "on: 1024/7 50.0 (+25.0% vs off) [50.0]"
+
+
+def _table_lines(figures):
+    return [{"table": t, "rep": rep, "ctx": ctx, "rows": rows, "us": us}
+            for t, cells in figures.items() for (ctx, rows), pair in cells.items() for rep, us in enumerate(pair)]
+
+
+def test_pick_adopts_the_table_faster_everywhere_and_nothing_slower_anywhere():
+    base = {(1024, 1): (100.0, 100.0), (1024, 7): (110.0, 110.0), (4096, 1): (120.0, 120.0), (4096, 7): (130.0, 130.0)}
+    everywhere = {cell: (v[0] * 0.98, v[1] * 0.98) for cell, v in base.items()}
+    better_but_slower_once = {cell: (v[0] * 0.95, v[1] * 0.95) for cell, v in base.items()}
+    better_but_slower_once[(4096, 7)] = (131.0, 131.0)
+    barely = {cell: (v[0] * 0.998, v[1] * 0.998) for cell, v in base.items()}
+    lines = _table_lines({"base": base, "a": everywhere, "b": better_but_slower_once, "c": barely})
+    assert step_summary.pick(lines) == "a"
+    assert step_summary.pick(_table_lines({"base": base, "b": better_but_slower_once, "c": barely})) == "none"
+    failed = lines + [{"table": "a", "ctx": 4096, "error": "out of resources"}]
+    assert step_summary.pick(failed) == "none"
+    assert step_summary.pick(_table_lines({"a": everywhere})) == "none"  # no base: nothing to adopt
