@@ -69,17 +69,23 @@ def main() -> int:
         const = dict(HD=HD, HAS_BIAS=False, HAS_QKNORM=False, IEEE=False, UPCAST=False, BLOCK_M=BLOCK_M, BLOCK_K=cfg.block_k,
                      SUB=sub, PREFETCH_LINES=prefetch_lines(HD // 2 // sub * D * 2), ELEM_BYTES=2, USE_PDL=True, UNROLL_NORM=D, EARLY=True)
         out.append(compile_one(f"qkv_rope sub {sub}", _qkv_rope_kernel, qkv, const, cfg.num_warps, cfg.num_stages))
-    att = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "start_ptr": "*i32", "end_ptr": "*i32", "out_ptr": "*fp32",
+    att = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "start_ptr": "*i32", "end_ptr": "*i32", "fresh_ptr": "*i32",
+           "out_ptr": "*fp32",
            "lse_ptr": "*fp32", "M": "i32", "H": "i32", "CAP": "i32", "cache_head_stride": "i32", "n_splits": "i32",
            "scale_log2": "fp32"}
     cfg = config_for("attn", H, HD)
     split = 64
-    const = dict(G=H // KVH, HD=HD, SPLIT=split, BLOCK_R=32, BLOCK_KV=min(cfg.block_k, split), IEEE=False, UPCAST=False,
-                 PREFETCH_LINES=prefetch_lines(split * HD * 2), ELEM_BYTES=2, USE_PDL=True)
-    out.append(compile_one("attention split", _attn_split_kernel, att, const, cfg.num_warps, cfg.num_stages))
+    for preload in (False, True):  # keys read after the wait (with the L2 prefetch), or before it (`fresh`)
+        const = dict(G=H // KVH, HD=HD, SPLIT=split, BLOCK_R=32, BLOCK_KV=min(cfg.block_k, split), IEEE=False, UPCAST=False,
+                     PREFETCH_LINES=0 if preload else prefetch_lines(split * HD * 2), ELEM_BYTES=2, USE_PDL=True,
+                     PRELOAD=preload)
+        out.append(compile_one(f"attention split{' preloaded' if preload else ''}", _attn_split_kernel, att, const,
+                               cfg.num_warps, cfg.num_stages))
     comb = {"part_ptr": "*fp32", "lse_ptr": "*fp32", "out_ptr": "*bf16", "H": "i32", "n_splits": "i32"}
-    out.append(compile_one("attention combine", _attn_combine_kernel, comb,
-                           dict(HD=HD, BLOCK_S=triton.next_power_of_2(triton.cdiv(CAP, split)), USE_PDL=True), 4, 1))
+    bs = triton.next_power_of_2(triton.cdiv(CAP, split))
+    for block_d in (0, 32):  # the whole head per program, or a slice of it (the combine's table block_n)
+        out.append(compile_one(f"attention combine{f' {block_d} dims' if block_d else ''}", _attn_combine_kernel, comb,
+                               dict(HD=HD, BLOCK_S=bs, BLOCK_D=block_d, USE_PDL=True), 4, 1))
     pers = {n: "*bf16" for n in ("embed_ptr", "q_ptr", "a_ptr", "h_ptr", "wqkv_ptr", "bqkv_ptr", "k_ptr", "v_ptr", "wo_ptr",
                                 "wg_ptr", "wu_ptr", "wd_ptr")}
     pers.update({n: "*fp32" for n in ("x_ptr", "part_ptr", "lse_ptr", "capture_ptr", "attn_norm_ptr", "qn_ptr", "kn_ptr",
