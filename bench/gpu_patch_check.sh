@@ -2,7 +2,7 @@
 # Measure an engine patch that has not landed, in one device call, without staging the model: apply it to
 # the carried tree, run the GPU suite on the patched tree, then time the captured step with the patch's
 # kernel switch on and off (bench/step_sweep.py --switch, 1 and 7 rows at 1k, 4k and 7936, alternating).
-#   device run:  bash bench/gpu_patch_check.sh docs/perf-data/2026-12-04-fused-mlp/fused-mlp-not-run.patch DSPARK_FUSED_MLP
+#   device run:  bash bench/gpu_patch_check.sh docs/perf-data/2026-12-04-fused-mlp/fused-mlp-not-landed.patch DSPARK_FUSED_MLP
 # With TABLES=a JSON file of named tables (bench/step_sweep.py --tables, one named "base"), also the step at
 # 4k under each table with the switch on (the patch's own launch kinds tuned in the same call).
 # The switch must be one of bench/gpu_timing.py's SWITCH_CACHES once the patch is applied. Writes
