@@ -13,19 +13,30 @@ import statistics
 import sys
 
 
-def summarise(lines: list[dict]) -> list[str]:
-    out = []
+def _label(r: dict) -> str | None:
+    """The variant a line belongs to: its table's name, or "on" / "off" for a switch."""
+    return r["table"] if "table" in r else ("on" if r.get("on") else "off") if "switch" in r else None
+
+
+def passes(lines: list[dict]) -> dict[str, dict[tuple[int, int], list[float]]]:
+    """Per variant, the step of each pass at each (context, rows)."""
     steps: dict[str, dict[tuple[int, int], list[float]]] = {}
     for r in lines:
-        label = r["table"] if "table" in r else ("on" if r.get("on") else "off") if "switch" in r else None
-        if label is None:
-            continue
-        if "error" in r:
-            out.append(f"error {label} ctx {r.get('ctx')}: {r['error']}")
-        elif "breakdown_us" in r:
-            out.append(f"breakdown {label} " + json.dumps({k: round(v, 2) for k, v in r["breakdown_us"].items()}))
-        elif "us" in r:
+        label = _label(r)
+        if label is not None and "us" in r and "error" not in r:
             steps.setdefault(label, {}).setdefault((r["ctx"], r["rows"]), []).append(r["us"])
+    return steps
+
+
+def summarise(lines: list[dict]) -> list[str]:
+    out = []
+    for r in lines:
+        label = _label(r)
+        if label is not None and "error" in r:
+            out.append(f"error {label} ctx {r.get('ctx')}: {r['error']}")
+        elif label is not None and "breakdown_us" in r:
+            out.append(f"breakdown {label} " + json.dumps({k: round(v, 2) for k, v in r["breakdown_us"].items()}))
+    steps = passes(lines)
     base_label = "base" if "base" in steps else "off"
     base = {cell: statistics.median(v) for cell, v in steps.get(base_label, {}).items()}
     for label, cells in steps.items():
@@ -39,12 +50,8 @@ def summarise(lines: list[dict]) -> list[str]:
 
 
 def medians(lines: list[dict]) -> dict[str, dict[tuple[int, int], float]]:
-    """Per named table, the median step of its passes at each (context, rows)."""
-    steps: dict[str, dict[tuple[int, int], list[float]]] = {}
-    for r in lines:
-        if "table" in r and "us" in r:
-            steps.setdefault(r["table"], {}).setdefault((r["ctx"], r["rows"]), []).append(r["us"])
-    return {t: {cell: statistics.median(v) for cell, v in cells.items()} for t, cells in steps.items()}
+    """Per variant, the median step of its passes at each (context, rows)."""
+    return {t: {cell: statistics.median(v) for cell, v in cells.items()} for t, cells in passes(lines).items()}
 
 
 def pick(lines: list[dict], min_gain: float = 0.005) -> str:
