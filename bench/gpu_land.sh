@@ -31,9 +31,8 @@ case $phase in
   1)
     [ -f .devstage/base.tgz ] || { echo "gpu_land: carry .devstage/base.tgz (the previous main) in call 1"; exit 2; }
     cp .devstage/base.tgz /root/base.tgz  # for call 3, which carries .whl instead
-    find engine kernels -name '*.py' | sort | xargs sha256sum > "$OUT/sha256.txt"
+    OUT=$OUT timeout 300 bash bench/gpu_tests.sh > /dev/null 2>&1  # also writes sha256.txt
     echo "sha256 of engine/ and kernels/ in sha256.txt (sha256 of that list: $(sha256sum < "$OUT/sha256.txt" | cut -c1-16))"
-    OUT=$OUT timeout 300 bash bench/gpu_tests.sh > /dev/null 2>&1
     echo "tests/gpu exit $?: $(tail -n 2 "$OUT/gpu-tests.log" | head -n 1)"
     rm -rf /tmp/prev && mkdir -p /tmp/prev && tar -xzf .devstage/base.tgz -C /tmp/prev
     timeout 120 python3 bench/step_sweep.py --tree /tmp/prev --contexts 1024,4096,7936 > "$OUT/step-prev.jsonl" 2> "$OUT/step-prev.err"

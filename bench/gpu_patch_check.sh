@@ -16,8 +16,7 @@ if [ -z "$patch" ] || [ -z "$switch" ] || [ ! -f "$patch" ]; then
 fi
 git apply "$patch" || { echo "gpu_patch_check: $patch does not apply to this tree"; exit 2; }
 grep -q "\"$switch\"" bench/gpu_timing.py || { echo "gpu_patch_check: $switch is not a switch of bench/gpu_timing.py"; exit 2; }
-find engine kernels -name '*.py' | LC_ALL=C sort | xargs sha256sum > "$OUT/sha256.txt"
-OUT=$OUT timeout 300 bash bench/gpu_tests.sh > /dev/null 2>&1
+OUT=$OUT timeout 300 bash bench/gpu_tests.sh > /dev/null 2>&1  # also writes sha256.txt of the patched tree
 echo "tests/gpu exit $?: $(grep -E 'passed|failed' "$OUT/gpu-tests.log" | tail -n 1)"
 timeout 240 python3 bench/step_sweep.py --switch "$switch" --contexts 1024,4096,7936 --replays 100 > "$OUT/switch.jsonl" 2> "$OUT/switch.err"
 echo "step_sweep exit $?"
