@@ -6,6 +6,10 @@ Random target weights in the bundled model's shape and the shipped drafter (spee
 the values; acceptance does, and is not measured here). Prints JSON lines, then the profiler tables.
 
     python bench/draft_profile.py [--contexts 1024,4096] [--replays 200] [--tree PATH] [--no-profile]
+                                  [--head-configs 256:4,512:8]
+
+--head-configs also times, per drafter-head launch configuration (kernels/tuning.py "head": vocabulary
+entries per program : warps), the head alone (ten calls in one graph) and the whole draft pass.
 
 Why (docs/perf.md, 2026-12-03): by the engine's own decode clock one DSpark iteration took ~1,000 us
 at 1k on the H200 while its 7-row verify step alone took ~630 us.
@@ -14,6 +18,7 @@ at 1k on the H200 while its 7-row verify step alone took ~630 us.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -28,6 +33,7 @@ def _args():
     ap.add_argument("--drafter", default=None, help="a drafter directory (default: the shipped one)")
     ap.add_argument("--tree", default=None, help="import engine/ and kernels/ from this checkout (the previous main)")
     ap.add_argument("--no-profile", action="store_true", help="only the timings, not the profiler tables")
+    ap.add_argument("--head-configs", default="", help="CHUNK:WARPS,... of the drafter's head to time (this tree only)")
     return ap.parse_args()
 
 
@@ -61,6 +67,29 @@ def replay_us(fn, replays: int) -> float:
         torch.cuda.synchronize()
         times.append(a.elapsed_time(b) * 1000 / replays)
     return statistics.median(times)
+
+
+def head_sweep(engine, s, g, ctx: int, configs: str, replays: int) -> None:
+    """The drafter's head alone (ten calls in one graph) and the draft pass, per head launch configuration."""
+    from engine.graphs import Replayable
+    from kernels import tuning
+    from kernels.draft_head import draft_head_triton
+
+    rt = g.rt
+    p = rt.c.proposals
+
+    def head() -> None:
+        draft_head_triton(rt.base_logits, rt.h[:p], rt.block_tokens[:1], rt.markov_u, rt.markov_v, rt.conf_w, rt.conf_a,
+                          rt.conf_b, rt.threshold, rt.drafts, rt.confidence, rt.depth, s.io.tokens)
+
+    for spec in ["table"] + [c for c in configs.split(",") if c]:
+        fields = {} if spec == "table" else dict(zip(("block_n", "num_warps"), (int(x) for x in spec.split(":"))))
+        with tuning.override("head", **fields) if fields else contextlib.nullcontext():
+            cfg = tuning.config_for("head", rt.base_logits.shape[1], rt.markov_u.shape[1])
+            ten = Replayable(lambda: [head() for _ in range(10)], engine.model.device, True)
+            draft = Replayable(rt.draft, engine.model.device, True)
+        print(json.dumps({"ctx": ctx, "head_config": spec, "block_n": cfg.block_n, "num_warps": cfg.num_warps,
+                          "head_us": replay_us(ten, max(1, replays // 10)) / 10, "draft_us": replay_us(draft, replays)}), flush=True)
 
 
 def main() -> int:
@@ -101,6 +130,8 @@ def main() -> int:
             row["iteration_in_chunk8_us"] = replay_us(chunk8, max(1, args.replays // 32)) / 8
             row["tree"] = args.tree or "this"
             print(json.dumps(row), flush=True)
+            if args.head_configs:
+                head_sweep(engine, s, g, ctx, args.head_configs, args.replays)
             if args.no_profile:
                 continue
             from torch.profiler import ProfilerActivity, profile

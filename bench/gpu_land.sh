@@ -13,7 +13,9 @@
 #           main's tree and on this one (1 and 7 rows at 1k, 4k and 7936), one after the other
 #           With TABLES=a JSON file of named tables (bench/step_sweep.py --tables), also each table's
 #           step against this tree's table ("base": {}), two alternating passes, and its per-kernel breakdown;
-#           with SWITCHES="VAR ..." (bench/gpu_timing.py's switches), each one timed on and off in one process
+#           with SWITCHES="VAR ..." (bench/gpu_timing.py's switches), each one timed on and off in one process;
+#           with DRAFT="CHUNK:WARPS,..." (or DRAFT=table), bench/draft_profile.py on both trees (a DSpark iteration,
+#           its draft pass) and, on this tree, the drafter's head alone and the draft pass per head configuration
 #   call 2: carry [.devstage/p2, .devstage/stage.sh]                        bash bench/gpu_land.sh 2
 #   call 3: carry [.devstage/p3, .devstage/stage.sh, .whl]                  bash bench/gpu_land.sh 3
 #           the bot's setup (bench/gpu_ruler_check.sh: prevmain = the previous main's engine, thismain =
@@ -32,9 +34,11 @@ case $phase in
     [ -f .devstage/base.tgz ] || { echo "gpu_land: carry .devstage/base.tgz (the previous main) in call 1"; exit 2; }
     cp .devstage/base.tgz /root/base.tgz  # for call 3, which carries .whl instead
     OUT=$OUT timeout 300 bash bench/gpu_tests.sh > /dev/null 2>&1  # also writes sha256.txt
+    rc=$?
     echo "sha256 of engine/ and kernels/ in sha256.txt (sha256 of that list: $(sha256sum < "$OUT/sha256.txt" | cut -c1-16))"
-    echo "tests/gpu exit $?: $(tail -n 2 "$OUT/gpu-tests.log" | head -n 1)"
+    echo "tests/gpu exit $rc: $(tail -n 2 "$OUT/gpu-tests.log" | head -n 1)"
     rm -rf /tmp/prev && mkdir -p /tmp/prev && tar -xzf .devstage/base.tgz -C /tmp/prev
+    [ "${STEP:-1}" = 0 ] || {  # STEP=0: a change outside the target's step (the drafter's), no step timing
     timeout 120 python3 bench/step_sweep.py --tree /tmp/prev --contexts 1024,4096,7936 > "$OUT/step-prev.jsonl" 2> "$OUT/step-prev.err"
     timeout 120 python3 bench/step_sweep.py --contexts 1024,4096,7936 > "$OUT/step-new.jsonl" 2> "$OUT/step-new.err"
     python3 - "$OUT" <<'PY'
@@ -48,11 +52,35 @@ for k in sorted(prev):
     if k in new:
         print(f"step ctx {k[0]} rows {k[1]}: previous main {prev[k]:.1f} us, this tree {new[k]:.1f} us ({new[k] / prev[k] - 1:+.1%})")
 PY
+    }
     if [ -n "${TABLES:-}" ]; then
       timeout 330 python3 bench/step_sweep.py --tables "$(cat "$TABLES")" --contexts 1024,4096,7936 --replays 100 --breakdown \
         > "$OUT/tables.jsonl" 2> "$OUT/tables.err"
       echo "tables exit $?"
       python3 bench/step_summary.py "$OUT/tables.jsonl"
+    fi
+    if [ -n "${DRAFT:-}" ]; then
+      heads=$([ "$DRAFT" = table ] || echo "--head-configs $DRAFT")
+      timeout 150 python3 bench/draft_profile.py --tree /tmp/prev --drafter engine/dspark/weights/smollm2-135m-instruct \
+        --contexts 1024,4096,7936 --replays 100 --no-profile > "$OUT/draft-prev.jsonl" 2> "$OUT/draft-prev.err"
+      timeout 200 python3 bench/draft_profile.py --contexts 1024,4096,7936 --replays 100 --no-profile $heads \
+        > "$OUT/draft-new.jsonl" 2> "$OUT/draft-new.err"
+      echo "draft_profile exit $?"
+      python3 - "$OUT" <<'PY'
+import json, sys
+out = sys.argv[1]
+def rows(name):
+    return [json.loads(l) for l in open(f"{out}/{name}.jsonl") if l.startswith("{")]
+prev = {r["ctx"]: r for r in rows("draft-prev") if "iteration_us" in r}
+for r in rows("draft-new"):
+    if "iteration_us" in r and r["ctx"] in prev:
+        p = prev[r["ctx"]]
+        print(f"ctx {r['ctx']}: draft pass {p['draft_us']:.1f} -> {r['draft_us']:.1f} us, iteration {p['iteration_us']:.1f} -> "
+              f"{r['iteration_us']:.1f} us ({r['iteration_us'] / p['iteration_us'] - 1:+.1%})")
+    elif "head_config" in r:
+        print(f"ctx {r['ctx']} head {r['head_config']} ({r['block_n']}:{r['num_warps']}): head {r['head_us']:.1f} us, "
+              f"draft pass {r['draft_us']:.1f} us")
+PY
     fi
     for sw in ${SWITCHES:-}; do
       timeout 240 python3 bench/step_sweep.py --switch "$sw" --contexts 1024,4096,7936 --replays 100 > "$OUT/switch-$sw.jsonl" \

@@ -22,6 +22,7 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 from kernels.decode_attention import _attn_combine_kernel, _attn_split_kernel  # noqa: E402
+from kernels.draft_head import _head_depth_kernel, _head_final_kernel  # noqa: E402
 from kernels.fused_linear import BLOCK_M, _fused_linear_kernel  # noqa: E402
 from kernels.persistent_step import MAX_SPIN, _persistent_step_kernel  # noqa: E402
 from kernels.qkv_rope import _qkv_rope_kernel  # noqa: E402
@@ -33,7 +34,9 @@ TARGET = GPUTarget("cuda", 90, 32)
 def compile_one(name, fn, sig: dict, const: dict, num_warps: int, num_stages: int) -> dict:
     const = {k: v for k, v in const.items() if k in fn.arg_names}  # kernels without the prefetch take fewer
     sig = dict(sig, **{k: "constexpr" for k in const})
-    src = ASTSource(fn, sig, constexprs={(fn.arg_names.index(k),): v for k, v in const.items()})
+    # pointers 16-byte aligned, as the JIT specializes them at a launch with torch's allocations (vector loads)
+    attrs = {(fn.arg_names.index(k),): [["tt.divisibility", 16]] for k, t in sig.items() if t.startswith("*")}
+    src = ASTSource(fn, sig, constexprs={(fn.arg_names.index(k),): v for k, v in const.items()}, attrs=attrs)
     k = triton.compile(src, target=TARGET, options=dict(num_warps=num_warps, num_stages=num_stages))
     ptx = k.asm["ptx"]
     return {"kernel": name, "prefetch": ptx.count("prefetch.global.L2"), "griddepcontrol": ptx.count("griddepcontrol"),
@@ -108,6 +111,20 @@ def main() -> int:
                  DN_LINES=prefetch_lines(dcfg.block_n * F * 2), ELEM_BYTES=2, SYNC=True, MAX_SPIN=MAX_SPIN, USE_PDL=True,
                  WAIT=True, WORK=True, QKV_UNROLL=D, GU_UNROLL=D, EARLY=True)
     out.append(compile_one("persistent step", _persistent_step_kernel, pers, const, 4, 2))
+    hcfg, R, P = config_for("head", V, 64), 64, 6  # the drafter's head: a launch per draft, then the confidences
+    nch = triton.cdiv(V, hcfg.block_n)
+    head = {"base_ptr": "*fp32", "u_ptr": "*bf16", "v_ptr": "*bf16", "last_ptr": "*i64", "pmax_ptr": "*fp32", "pidx_ptr": "*i64",
+            "cmax_ptr": "*fp32", "cidx_ptr": "*i64", "rmax_ptr": "*fp32", "rsum_ptr": "*fp32", "drafts_ptr": "*i64",
+            "tokens_ptr": "*i64", "V": "i32", "NCH": "i32"}
+    for row in (0, 1):  # base after the wait (the LM head just before), or before it
+        out.append(compile_one(f"draft head, draft {row}", _head_depth_kernel, head,
+                               dict(ROW=row, R=R, CHUNK=hcfg.block_n, BLOCK_S=triton.next_power_of_2(nch), USE_PDL=True),
+                               hcfg.num_warps, 1))
+    fin = {"pmax_ptr": "*fp32", "pidx_ptr": "*i64", "rmax_ptr": "*fp32", "rsum_ptr": "*fp32", "h_ptr": "*fp32", "conf_w_ptr": "*fp32",
+           "conf_a_ptr": "*fp32", "conf_b_ptr": "*fp32", "thr_ptr": "*fp32", "drafts_ptr": "*i64", "conf_ptr": "*fp32",
+           "depth_ptr": "*i64", "tokens_ptr": "*i64", "NCH": "i32", "D": "i32"}
+    out.append(compile_one("draft head, confidences", _head_final_kernel, fin,
+                           dict(P=P, BLOCK_P=8, BLOCK_S=triton.next_power_of_2(nch), BLOCK_D=1024, USE_PDL=True), 4, 1))
     for r in out:
         print(json.dumps(r))
     return 0

@@ -27,6 +27,9 @@ DEFAULTS = {
     "attn": LaunchConfig(block_n=0, block_k=64, num_warps=2, num_stages=2),  # block_k = keys per inner block
     # the splits' combine: block_n = a head's dimensions per program (0: the whole head)
     "combine": LaunchConfig(block_n=0, block_k=0, num_warps=4, num_stages=1),
+    # the drafter's head (kernels/draft_head.py), keyed by (vocabulary, Markov rank): block_n = vocabulary
+    # entries per program of each draft's launch
+    "head": LaunchConfig(block_n=256, block_k=0, num_warps=4, num_stages=1),
 }
 
 # (kind, N, K) -> LaunchConfig, chosen on an H200 by the whole captured step's time (bench/step_sweep.py

@@ -27,7 +27,6 @@ from kernels.greedy_commit import STATE_PREV_BASE
 from kernels.draft_head import draft_head_reference, draft_head_triton
 from kernels.prefill import rope_rotate
 
-CANDIDATES = 64  # top-K candidates per later position that the Markov pass re-ranks
 WEIGHTS_FILE = "drafter.safetensors"
 CONFIG_FILE = "drafter.json"
 
@@ -169,13 +168,12 @@ class DrafterRuntime:
         h = ops.rmsnorm(x[1 : 1 + p], self.final_norm, c.norm_eps, out_dtype=torch.float32)
         self.h[:p].copy_(h)
         ops.fused_linear(h, self.lm_head, out_dtype=torch.float32, out=self.base_logits)
-        # The first draft's Markov bias comes from the last committed token, known before drafting: it is
-        # added over the whole vocabulary (the bias is large; a top-8 re-rank missed ~20 % of these).
-        # Later drafts depend on the one before: each position's top candidates are re-ranked in turn.
-        # The drafts land in the target step's token rows 1..p (kernels/draft_head.py).
+        # Each draft adds the Markov bias of the token before it (the last committed one for the first) over
+        # the whole vocabulary, one after another, as the drafter was trained; the drafts land in the target
+        # step's token rows 1..p (kernels/draft_head.py).
         head = draft_head_triton if ops.backend == "triton" else draft_head_reference
         head(self.base_logits, self.h[:p], self.block_tokens[:1], self.markov_u, self.markov_v, self.conf_w, self.conf_a,
-             self.conf_b, self.threshold, CANDIDATES, self.drafts, self.confidence, self.depth, io.tokens)
+             self.conf_b, self.threshold, self.drafts, self.confidence, self.depth, io.tokens)
 
     def prefill_context(self, captured: list[torch.Tensor], end: int) -> None:
         """Context K/V for prompt positions [max(0, end - window), end) from the prefill's captured
