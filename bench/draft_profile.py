@@ -79,7 +79,7 @@ def head_sweep(engine, s, g, ctx: int, configs: str, replays: int) -> None:
     p = rt.c.proposals
 
     def head() -> None:
-        draft_head_triton(rt.base_logits, rt.h[:p], rt.block_tokens[:1], rt.markov_u, rt.markov_v, rt.conf_w, rt.conf_a,
+        draft_head_triton(rt.base_logits, rt.h[:p], s.io.tokens[:1], rt.markov_u, rt.markov_v, rt.conf_w, rt.conf_a,
                           rt.conf_b, rt.threshold, rt.drafts, rt.confidence, rt.depth, s.io.tokens)
 
     for spec in ["table"] + [c for c in configs.split(",") if c]:

@@ -96,7 +96,7 @@ def main() -> int:
     pers.update({n: "*i32" for n in ("pos_ptr", "start_ptr", "end_ptr", "slot_ptr", "cnt_ptr", "err_ptr")})
     pers.update({"tok_ptr": "*i64", "eps": "fp32", "scale_log2": "fp32"})
     pers.update({n: "i32" for n in ("M", "D", "F", "H", "KVH", "CAP", "layer_cache_stride", "cache_head_stride",
-                                    "capture_slot_stride", "n_splits", "g_first", "g_last", "n_programs")})
+                                    "capture_slot_stride", "capture_row_stride", "n_splits", "g_first", "g_last", "n_programs")})
     pers = {n: pers[n] for n in _persistent_step_kernel.arg_names if n in pers}
     qcfg, ocfg, gcfg, dcfg = (config_for("qkv", (H + 2 * KVH) * HD, D), config_for("linear", D, D),
                               config_for("swiglu", F, D), config_for("linear", D, F))

@@ -21,9 +21,9 @@ import torch.nn.functional as F
 from engine.config import ModelConfig
 from engine.rope import rope_tables
 from kernels.decode_attention import AttentionWorkspace, attention_reference, attention_triton, default_split
-from kernels.embedding import embedding_reference, embedding_triton
+from kernels.embedding import block_inputs_reference, block_inputs_triton, embedding_reference, embedding_triton
 from kernels.fused_linear import fused_linear_reference, fused_linear_triton
-from kernels.greedy_commit import greedy_commit_reference, greedy_commit_triton
+from kernels.greedy_commit import greedy_commit_reference, greedy_commit_triton, rows_from_base_reference, rows_from_base_triton
 from kernels.persistent_step import PersistentBuffers, check_persistent, persistent_step_triton
 from kernels.qkv_rope import qkv_rope_reference, qkv_rope_triton
 from kernels.prefill import rope_prefill_reference, rope_prefill_triton, silu_mul_reference, silu_mul_triton
@@ -68,6 +68,9 @@ class Ops:
         self.fused_linear = fused_linear_triton if t else fused_linear_reference
         self.qkv_rope = qkv_rope_triton if t else qkv_rope_reference
         self.greedy_commit = greedy_commit_triton if t else greedy_commit_reference
+        # the DSpark drafter's inputs: its block's rows and key windows, and the positions of the rows just committed
+        self.block_inputs = block_inputs_triton if t else block_inputs_reference
+        self.rows_from_base = rows_from_base_triton if t else rows_from_base_reference
 
     def attention(self, q, k_cache, v_cache, kv_start, kv_end, workspace, fresh=None):
         """fresh: the positions the kernel just before wrote into these caches (attention_triton)."""
@@ -276,7 +279,12 @@ class StepIO:
         dev = model.device
         c = model.config
         self.capture_slot = {layer: k for k, layer in enumerate(capture_layers)}
-        self.capture = torch.zeros((len(capture_layers), STEP_ROWS, c.dim), dtype=torch.float32, device=dev)
+        # Stored row-major ([STEP_ROWS, slots, D]) so the DSpark drafter reads a row's captured residuals as one
+        # contiguous [slots * D] vector (capture_rows, a view: no copy); `capture` is the [slots, STEP_ROWS, D]
+        # view the step writes a slot's rows through (row stride slots * D).
+        rows_major = torch.zeros((STEP_ROWS, len(capture_layers), c.dim), dtype=torch.float32, device=dev)
+        self.capture = rows_major.permute(1, 0, 2)
+        self.capture_rows = rows_major.view(STEP_ROWS, len(capture_layers) * c.dim)
         self.logits = torch.zeros((STEP_ROWS, c.vocab_size), dtype=torch.float32, device=dev)
         self.tokens = torch.zeros(STEP_ROWS, dtype=torch.int64, device=dev)
         self.positions = torch.zeros(STEP_ROWS, dtype=torch.int32, device=dev)

@@ -30,8 +30,9 @@ STATE_SIZE = 5
 
 def greedy_commit_reference(
     logits: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, kv_end: torch.Tensor,
-    out_tokens: torch.Tensor, state: torch.Tensor, m: int,
+    out_tokens: torch.Tensor, state: torch.Tensor, m: int, hist: torch.Tensor | None = None,
 ) -> None:
+    """hist (optional, int64): hist[j + 1] += 1 for the j drafts accepted (the on-device loop's histogram)."""
     t = torch.argmax(logits[:m].float(), dim=-1)
     j = 0
     while j < m - 1 and int(tokens[j + 1]) == int(t[j]):
@@ -48,6 +49,8 @@ def greedy_commit_reference(
     state[STATE_BASE] = base
     state[STATE_ACCEPTED] = j
     state[STATE_STEPS] += 1
+    if hist is not None:
+        hist[j + 1] += 1
 
 
 ARGMAX_CHUNK = 2048  # vocabulary entries per program of the argmax pass
@@ -80,8 +83,8 @@ def row_argmax(pmax_ptr, pidx_ptr, row, NCH, BLOCK_S: tl.constexpr):
 
 @triton.jit
 def _greedy_commit_kernel(
-    pmax_ptr, pidx_ptr, tokens_ptr, positions_ptr, kv_end_ptr, out_ptr, state_ptr,
-    M, NCH, ROWS, BLOCK_S: tl.constexpr, BLOCK_ROWS: tl.constexpr, USE_PDL: tl.constexpr,
+    pmax_ptr, pidx_ptr, tokens_ptr, positions_ptr, kv_end_ptr, out_ptr, state_ptr, hist_ptr,
+    M, NCH, ROWS, BLOCK_S: tl.constexpr, BLOCK_ROWS: tl.constexpr, HAS_HIST: tl.constexpr, USE_PDL: tl.constexpr,
 ):
     pdl_start(USE_PDL)
     accepted = tl.min(tl.zeros([BLOCK_ROWS], tl.int64), axis=0)
@@ -107,11 +110,13 @@ def _greedy_commit_kernel(
     tl.store(state_ptr + 2, accepted)
     tl.store(state_ptr + 3, tl.load(state_ptr + 3) + 1)
     tl.store(state_ptr + 4, old_base)
+    if HAS_HIST:
+        tl.store(hist_ptr + accepted + 1, tl.load(hist_ptr + accepted + 1) + 1)
 
 
 def greedy_commit_triton(
     logits: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, kv_end: torch.Tensor,
-    out_tokens: torch.Tensor, state: torch.Tensor, m: int,
+    out_tokens: torch.Tensor, state: torch.Tensor, m: int, hist: torch.Tensor | None = None,
 ) -> None:
     v = logits.shape[-1]
     rows = positions.shape[0]
@@ -122,6 +127,28 @@ def greedy_commit_triton(
     pdl = pdl_args(logits)
     _argmax_partial_kernel[(m, nch)](logits, pmax, pidx, v, nch, CHUNK=ARGMAX_CHUNK, num_warps=4, **pdl)
     _greedy_commit_kernel[(1,)](
-        pmax, pidx, tokens, positions, kv_end, out_tokens, state, m, nch, rows,
-        BLOCK_S=triton.next_power_of_2(nch), BLOCK_ROWS=triton.next_power_of_2(max(rows, 2)), num_warps=1, **pdl,
+        pmax, pidx, tokens, positions, kv_end, out_tokens, state, hist if hist is not None else state, m, nch, rows,
+        BLOCK_S=triton.next_power_of_2(nch), BLOCK_ROWS=triton.next_power_of_2(max(rows, 2)), HAS_HIST=hist is not None,
+        num_warps=1, **pdl,
     )
+
+
+def rows_from_base_reference(state: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """out[r] = state[STATE_PREV_BASE] + r: the positions of the rows the step just committed ran at (where the
+    DSpark drafter writes its context for them). No host reads (capturable)."""
+    r = torch.arange(out.shape[0], device=out.device, dtype=torch.int64)
+    return out.copy_(state[STATE_PREV_BASE] + r)
+
+
+@triton.jit
+def _rows_from_base_kernel(state_ptr, out_ptr, ROWS, BLOCK_ROWS: tl.constexpr, USE_PDL: tl.constexpr):
+    pdl_start(USE_PDL)
+    r = tl.arange(0, BLOCK_ROWS)
+    base = tl.load(state_ptr + 4)  # STATE_PREV_BASE
+    tl.store(out_ptr + r, (base + r).to(out_ptr.dtype.element_ty), mask=r < ROWS)
+
+
+def rows_from_base_triton(state: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    _rows_from_base_kernel[(1,)](state, out, out.shape[0], BLOCK_ROWS=triton.next_power_of_2(max(out.shape[0], 2)),
+                                 num_warps=1, **pdl_args(out))
+    return out

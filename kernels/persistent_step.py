@@ -82,7 +82,8 @@ def _persistent_step_kernel(
     x_ptr, q_ptr, a_ptr, h_ptr, part_ptr, lse_ptr, capture_ptr, slot_ptr, cnt_ptr, err_ptr,
     attn_norm_ptr, wqkv_ptr, bqkv_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, k_ptr, v_ptr,
     wo_ptr, ffn_norm_ptr, wg_ptr, wu_ptr, wd_ptr,
-    M, D, F, H, KVH, CAP, layer_cache_stride, cache_head_stride, capture_slot_stride, n_splits, eps, scale_log2,
+    M, D, F, H, KVH, CAP, layer_cache_stride, cache_head_stride, capture_slot_stride, capture_row_stride, n_splits, eps,
+    scale_log2,
     g_first, g_last, n_programs,
     HD: tl.constexpr, G: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_QKNORM: tl.constexpr, IEEE: tl.constexpr,
     UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -186,7 +187,7 @@ def _persistent_step_kernel(
                                           False, False, True, False, IEEE, UPCAST, BLOCK_M, DN_BN, DN_BK, ".cg", 0, EARLY)
                         store_tile(x_ptr, D, acc, item, M, D, BLOCK_M, DN_BN)
                         if slot >= 0:
-                            store_tile(capture_ptr + slot * capture_slot_stride, D, acc, item, M, D, BLOCK_M, DN_BN)
+                            store_tile(capture_ptr + slot * capture_slot_stride, capture_row_stride, acc, item, M, D, BLOCK_M, DN_BN)
                     _signal(cnt_ptr + g, SYNC)
     if SYNC:  # the last program out resets every counter (and its own) for the next launch
         tl.debug_barrier()
@@ -267,7 +268,8 @@ def persistent_step_triton(model, io, m: int, cache, bufs: PersistentBuffers) ->
         sw["attn_norm"], sw["wqkv"], sw.get("bqkv", dummy), sw.get("q_norm", sw["attn_norm"]), sw.get("k_norm", sw["attn_norm"]),
         model.cos, model.sin, cache.k, cache.v,
         sw["wo"], sw["ffn_norm"], sw["w_gate"], sw["w_up"], sw["w_down"],
-        m, d, f, h, kvh, cap, cache.k.stride(0), cache.k.stride(2), io.capture.stride(0) if io.capture.numel() else 0, ns,
+        m, d, f, h, kvh, cap, cache.k.stride(0), cache.k.stride(2), io.capture.stride(0) if io.capture.numel() else 0,
+        io.capture.stride(1) if io.capture.numel() else 0, ns,
         c.norm_eps, (1.0 / math.sqrt(hd)) * LOG2E,
     )
     assert cache.k.shape[1] == 1 and cache.k.is_contiguous() and cache.v.is_contiguous()

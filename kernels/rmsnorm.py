@@ -10,9 +10,12 @@ import triton.language as tl
 from kernels.common import pdl_args, pdl_start
 
 
-def rmsnorm_reference(x: torch.Tensor, weight: torch.Tensor, eps: float, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+def rmsnorm_reference(x: torch.Tensor, weight: torch.Tensor, eps: float, out_dtype: torch.dtype | None = None,
+                      out: torch.Tensor | None = None) -> torch.Tensor:
     xf = x.float()
     y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * weight.float()
+    if out is not None:
+        return out.copy_(y)
     return y.to(out_dtype or x.dtype)
 
 
@@ -47,13 +50,20 @@ def _rows(t: torch.Tensor) -> torch.Tensor:
     return t2 if t2.stride(-1) == 1 else t2.contiguous()
 
 
-def rmsnorm_triton(x: torch.Tensor, weight: torch.Tensor, eps: float, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+def rmsnorm_triton(x: torch.Tensor, weight: torch.Tensor, eps: float, out_dtype: torch.dtype | None = None,
+                   out: torch.Tensor | None = None) -> torch.Tensor:
+    """out: rows to write into (x's shape, last dimension contiguous; its dtype wins over out_dtype)."""
     x2 = _rows(x)
-    out = torch.empty(x2.shape, dtype=out_dtype or x.dtype, device=x.device)
+    if out is None:
+        out2 = torch.empty(x2.shape, dtype=out_dtype or x.dtype, device=x.device)
+    else:
+        if out.shape != x.shape or out.stride(-1) != 1 or (out.dim() != 2 and not out.is_contiguous()):
+            raise ValueError(f"rmsnorm: out must have x's shape {tuple(x.shape)} and contiguous rows")
+        out2 = out.reshape(-1, out.shape[-1])
     n = x2.shape[-1]
-    _rmsnorm_kernel[(x2.shape[0],)](x2, weight, out, x2.stride(0), out.stride(0), x2, 0, out, 0, n, eps,
+    _rmsnorm_kernel[(x2.shape[0],)](x2, weight, out2, x2.stride(0), out2.stride(0), x2, 0, out2, 0, n, eps,
                                     BLOCK_N=triton.next_power_of_2(n), HAS_RES=False, **pdl_args(x2))
-    return out.reshape(x.shape)
+    return out if out is not None else out2.reshape(x.shape)
 
 
 def add_rmsnorm_triton(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, eps: float,

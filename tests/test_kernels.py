@@ -10,9 +10,10 @@ import torch
 from engine.config import RopeScaling
 from engine.rope import rope_tables
 from kernels.decode_attention import MAX_SPLITS, AttentionWorkspace, attention_reference, attention_triton, default_split
-from kernels.embedding import embedding_reference, embedding_triton
+from kernels.embedding import block_inputs_reference, block_inputs_triton, embedding_reference, embedding_triton
 from kernels.fused_linear import fused_linear_reference, fused_linear_triton
-from kernels.greedy_commit import greedy_commit_reference, greedy_commit_triton
+from kernels.greedy_commit import (greedy_commit_reference, greedy_commit_triton, rows_from_base_reference,
+                                   rows_from_base_triton)
 from kernels.qkv_rope import qkv_rope_reference, qkv_rope_triton
 from kernels.prefill import (rope_prefill_reference, rope_prefill_triton, silu_mul_reference,
                              silu_mul_triton)
@@ -49,6 +50,20 @@ def test_rmsnorm(dtype, n, gen):
     x = randn(5, n, g=gen, dtype=dtype)
     w = randn(n, g=gen) + 1.0
     assert rel_err(rmsnorm_triton(x, w, 1e-5), rmsnorm_reference(x, w, 1e-5)) < bound(dtype)
+
+
+def test_rmsnorm_into_rows_of_a_buffer(gen):
+    """out=: the rows land in the given buffer (a slice of a larger one), the same bits as a fresh tensor;
+    rows outside the slice are untouched; a wrong shape is refused."""
+    x = randn(9, 96, g=gen)[1:7]
+    w = randn(96, g=gen) + 1.0
+    for fn in (rmsnorm_triton, rmsnorm_reference):
+        buf = torch.full((8, 96), 7.0, device=DEV)
+        got = fn(x, w, 1e-5, out=buf[:6])
+        assert got.data_ptr() == buf.data_ptr() and torch.equal(buf[:6], fn(x, w, 1e-5, out_dtype=torch.float32))
+        assert torch.equal(buf[6:], torch.full((2, 96), 7.0, device=DEV))
+    with pytest.raises(ValueError, match="shape"):
+        rmsnorm_triton(x, w, 1e-5, out=torch.empty(5, 96, device=DEV))
 
 
 
@@ -281,6 +296,49 @@ def test_greedy_commit(vocab, gen):
         assert state == [3 + accepted + 1, 40 + accepted + 1, accepted, 6, 40]
         assert pos == list(range(41 + accepted, 49 + accepted)) and kv_end == [p + 1 for p in pos]
         assert tokens[0] == t[accepted]
+
+
+def test_greedy_commit_counts_accepted_drafts_in_a_histogram(gen):
+    """hist (the on-device loop's): hist[j + 1] += 1 for j accepted drafts, on both paths, every call."""
+    m, vocab = 5, 300
+    logits = randn(m, vocab, g=gen)
+    t = logits.argmax(-1).tolist()
+    hists = []
+    for fn in (greedy_commit_reference, greedy_commit_triton):
+        hist = torch.zeros(8, dtype=torch.int64, device=DEV)
+        for drafts in (t[:4], [t[0], t[1], (t[2] + 1) % vocab, t[3]], [(t[0] + 1) % vocab] + t[1:4], t[:4]):
+            tokens = torch.tensor([11] + drafts + [0, 0, 0], dtype=torch.int64, device=DEV)
+            state = torch.tensor([3, 40, 0, 5, 0], device=DEV)
+            fn(logits, tokens, torch.zeros(8, dtype=torch.int32, device=DEV), torch.zeros(8, dtype=torch.int32, device=DEV),
+               torch.full((32,), -1, dtype=torch.int64, device=DEV), state, m, hist=hist)
+        hists.append(hist.tolist())
+    assert hists[0] == hists[1] == [0, 1, 0, 1, 0, 2, 0, 0]  # accepted 4, 2, 0, 4
+
+
+def test_rows_from_base(gen):
+    """The drafter's context positions: state[STATE_PREV_BASE] + r, int32 on Triton, int64 on torch."""
+    state = torch.tensor([9, 52, 2, 7, 49], device=DEV)
+    assert rows_from_base_triton(state, torch.zeros(8, dtype=torch.int32, device=DEV)).tolist() == list(range(49, 57))
+    assert rows_from_base_reference(state, torch.zeros(8, dtype=torch.int64, device=DEV)).tolist() == list(range(49, 57))
+
+
+@pytest.mark.parametrize("pos0", [3, 5000])
+def test_block_inputs(pos0, gen):
+    """The drafter's block in one launch: [tokens[0], MASK...] embedded (float32) and every row's window
+    [max(0, P - window), P + block_size), the same as the torch path; the window's start clamps at 0."""
+    table = randn(101, 48, g=gen, dtype=torch.bfloat16)
+    tokens = torch.tensor([17, 3, 4, 5, 6, 7, 8, 9], device=DEV)
+    positions = torch.arange(pos0, pos0 + 8, dtype=torch.int32, device=DEV)
+    results = []
+    for fn in (block_inputs_reference, block_inputs_triton):
+        x = torch.full((7, 48), 9.0, device=DEV)
+        bounds = torch.full((14,), -5, dtype=torch.int32, device=DEV)
+        fn(tokens, positions, table, 100, 1024, 7, x, bounds)
+        results.append((x, bounds))
+    (x0, b0), (x1, b1) = results
+    assert torch.equal(x0, x1) and torch.equal(b0, b1)
+    assert torch.equal(x1[0], table[17].float()) and all(torch.equal(x1[r], table[100].float()) for r in range(1, 7))
+    assert b1.tolist() == [max(0, pos0 - 1024)] * 7 + [pos0 + 7] * 7
 
 
 def test_embedding(gen):

@@ -23,7 +23,6 @@ from engine.dspark.module import rope_for
 from engine.errors import EngineError
 from engine.model import STEP_ROWS, LayerWeights, Transformer
 from kernels.decode_attention import AttentionWorkspace, default_split
-from kernels.greedy_commit import STATE_PREV_BASE
 from kernels.draft_head import draft_head_reference, draft_head_triton
 from kernels.prefill import rope_rotate
 
@@ -116,9 +115,9 @@ class DrafterRuntime:
         if split is None:
             split = default_split(capacity)
         self.workspace = AttentionWorkspace(STEP_ROWS, c.n_heads, c.head_dim, capacity, split, dev)
-        self.arange = torch.arange(STEP_ROWS, device=dev, dtype=torch.int32)
-        self.bound_offsets = torch.tensor([-c.window] * self.rows + [c.block_size] * self.rows, device=dev, dtype=torch.int32)
-        self.block_tokens = torch.full((STEP_ROWS,), self.mask_id, dtype=torch.int64, device=dev)
+        self.ctx_pos = torch.zeros(STEP_ROWS, device=dev, dtype=torch.int32 if self.ops.backend == "triton" else torch.int64)
+        self.block_x = torch.zeros(self.rows, c.dim, device=dev)
+        self.bounds = torch.zeros(2 * self.rows, device=dev, dtype=torch.int32)  # every block row's [start] * R + [end] * R
         self.threshold = torch.tensor(0.3, device=dev)
         # outputs
         p = c.proposals
@@ -136,26 +135,23 @@ class DrafterRuntime:
 
     def ctx_update(self) -> None:
         ops, c = self.ops, self.c
-        cap = self.step_io.capture  # [slots, STEP_ROWS, D]
-        feats_in = cap.permute(1, 0, 2).reshape(STEP_ROWS, self.capture_slots * c.dim)
-        pos = (self.state[STATE_PREV_BASE].to(torch.int32) + self.arange)
+        feats_in = self.step_io.capture_rows  # [STEP_ROWS, slots * D], a view of the step's capture buffer
+        pos = ops.rows_from_base(self.state, self.ctx_pos)  # the committed step's row positions
         feat = ops.rmsnorm(ops.fused_linear(feats_in, self.fc, out_dtype=torch.float32), self.hidden_norm, c.norm_eps)
-        pos_arg = pos if ops.backend == "triton" else pos.long()
         for i, lw in enumerate(self.layers):
-            ops.qkv_rope(feat, lw.attn_norm, lw.wqkv, None, None, None, self.cos, self.sin, pos_arg,
+            ops.qkv_rope(feat, lw.attn_norm, lw.wqkv, None, None, None, self.cos, self.sin, pos,
                          self.k[i], self.v[i], c.n_heads, c.n_kv_heads, c.norm_eps)
 
     def draft(self) -> None:
         ops, c = self.ops, self.c
         io = self.step_io
         rows = self.rows
-        self.block_tokens[0] = io.tokens[0]
         pos = io.positions[:rows]  # P + i: the greedy commit and set_rows keep the step's rows consecutive
-        # every block row sees the same window [max(0, P - window), P + block_size) (non-causal in the
-        # block): both bounds for all rows in one add and one clamp, contiguous halves of one tensor
-        bounds = torch.add(io.positions[:1], self.bound_offsets).clamp_(min=0)
-        kv_start, kv_end = bounds[:rows], bounds[rows:]
-        x = ops.embedding(self.block_tokens[:rows], self.table)
+        # the block [last committed token, MASK, ...] embedded, and every row's window [max(0, P - window),
+        # P + block_size) (non-causal in the block), in one launch
+        ops.block_inputs(io.tokens, io.positions, self.table, self.mask_id, c.window, c.block_size, self.block_x, self.bounds)
+        kv_start, kv_end = self.bounds[:rows], self.bounds[rows:]
+        x = self.block_x
         pos_arg = pos if ops.backend == "triton" else pos.long()
         for i, lw in enumerate(self.layers):
             q = ops.qkv_rope(x, lw.attn_norm, lw.wqkv, None, None, None, self.cos, self.sin, pos_arg,
@@ -165,14 +161,13 @@ class DrafterRuntime:
             hh = ops.fused_linear(x, lw.w_gate, norm_weight=lw.ffn_norm, eps=c.norm_eps, up_weight=lw.w_up, out_dtype=self.target.dtype)
             x = ops.fused_linear(hh, lw.w_down, residual=x)
         p = c.proposals
-        h = ops.rmsnorm(x[1 : 1 + p], self.final_norm, c.norm_eps, out_dtype=torch.float32)
-        self.h[:p].copy_(h)
+        h = ops.rmsnorm(x[1 : 1 + p], self.final_norm, c.norm_eps, out=self.h[:p])
         ops.fused_linear(h, self.lm_head, out_dtype=torch.float32, out=self.base_logits)
         # Each draft adds the Markov bias of the token before it (the last committed one for the first) over
         # the whole vocabulary, one after another, as the drafter was trained; the drafts land in the target
         # step's token rows 1..p (kernels/draft_head.py).
         head = draft_head_triton if ops.backend == "triton" else draft_head_reference
-        head(self.base_logits, self.h[:p], self.block_tokens[:1], self.markov_u, self.markov_v, self.conf_w, self.conf_a,
+        head(self.base_logits, self.h[:p], io.tokens[:1], self.markov_u, self.markov_v, self.conf_w, self.conf_a,
              self.conf_b, self.threshold, self.drafts, self.confidence, self.depth, io.tokens)
 
     def prefill_context(self, captured: list[torch.Tensor], end: int) -> None:

@@ -139,7 +139,6 @@ class _Graphs:
         # The on-device loop: `k` whole iterations (verify of the full block + greedy commit + the
         # drafter's context and next draft) in one launch, with no host round trip inside.
         self.hist = torch.zeros(files.config.block_size + 1, dtype=torch.int64, device=dev)
-        self._one = torch.ones(1, dtype=torch.int64, device=dev)
         self.fused: dict[int, Replayable] = {}
         self.session = session
         self.model = engine.model
@@ -171,8 +170,8 @@ class _Graphs:
             def run() -> None:
                 for _ in range(k):
                     model.step(s.io, m, s.cache)
-                    model.ops.greedy_commit(s.io.logits, s.io.tokens, s.io.positions, s.io.kv_end, s.out_tokens, s.state, m)
-                    self.hist.index_add_(0, s.state[STATE_ACCEPTED : STATE_ACCEPTED + 1] + 1, self._one)
+                    model.ops.greedy_commit(s.io.logits, s.io.tokens, s.io.positions, s.io.kv_end, s.out_tokens, s.state, m,
+                                            hist=self.hist)
                     rt.ctx_update()
                     rt.draft()
 
