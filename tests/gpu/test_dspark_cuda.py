@@ -152,7 +152,7 @@ def chi2_quantile(df: int, z: float = 3.09) -> float:
 def test_sampled_dspark_draws_what_sampled_ar_draws():
     """End to end on a small-vocabulary model on CUDA: the 2nd and 3rd sampled tokens (the ones that go
     through drafting, verification and rejection sampling) have the same distribution under AR and
-    DSpark sampling (two-sample chi-square at 99.9 %). 64 tokens: the drafter re-ranks its top 64."""
+    DSpark sampling (two-sample chi-square at 99.9 %). A 64-token vocabulary keeps the counts dense."""
     vocab = 64
     c = ModelConfig(arch="llama", vocab_size=vocab, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=32, ffn_dim=96,
                     max_seq_len=256, tie_embeddings=True)
