@@ -24,7 +24,7 @@ _ROOT = Path(__file__).resolve().parents[1]
 for _p in (_ROOT, _ROOT / "bench", _ROOT / "tests" / "gpu"):
     sys.path.insert(0, str(_p))
 
-ROLES_AFTER = {"combine": "o_proj", "o_proj": "gate_up", "gate_up": "down"}  # a _fused_linear_kernel by what came before
+ROLES_AFTER = {"combine": "o_proj", "o_proj": "gate_up", "gate_up": "down"}  # a linear kernel by what came before
 
 
 def roles(names: list[str]) -> list[str]:
@@ -38,8 +38,8 @@ def roles(names: list[str]) -> list[str]:
             r = "attn"
         elif "attn_combine" in n:
             r = "combine"
-        elif "fused_linear" in n:
-            r = "lm_head" if "fused_linear" not in "".join(names[i + 1:]) else ROLES_AFTER.get(prev, "linear")
+        elif "linear" in n:  # _fused_linear_kernel, or a probe's linear kernel in its place
+            r = "lm_head" if "linear" not in "".join(names[i + 1:]) else ROLES_AFTER.get(prev, "linear")
         elif "embedding" in n:
             r = "embedding"
         else:

@@ -19,6 +19,11 @@ def test_roles_follow_the_layer_order_and_the_last_linear_is_the_lm_head():
                                          "qkv", "attn", "combine", "o_proj", "gate_up", "down", "lm_head"]
 
 
+def test_a_probe_kernel_in_a_linear_place_takes_its_role():
+    names = [n.replace("_fused_linear_kernel", "_linear_smem_kernel") if i in (4, 6) else n for i, n in enumerate(STEP)]
+    assert step_timeline.roles(names)[4:7] == ["o_proj", "gate_up", "down"]
+
+
 def test_each_role_adds_the_distance_from_the_previous_kernels_end():
     # two replays; each kernel starts 0.5 us before the previous one ends (launched early) and the
     # down-proj ends 3 us after the gate/up, every other kernel 1 us after its predecessor
