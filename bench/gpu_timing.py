@@ -16,9 +16,9 @@ SWITCH_CACHES = {"DSPARK_PDL": "_pdl_on", "DSPARK_L2_PREFETCH": "prefetch_env_on
                  "DSPARK_UNROLL_NORM": "unroll_env_on", "DSPARK_ATTN_PRELOAD": "preload_on"}
 
 
-def time_graph(fn, replays: int = 200, batches: int = 5) -> float:
-    """Microseconds per replay of `fn` captured as one CUDA graph: two eager warm-up calls (compiles),
-    the capture, 20 untimed replays, then the median of `batches` timed batches of `replays`."""
+def capture_graph(fn) -> torch.cuda.CUDAGraph:
+    """`fn` captured as one CUDA graph, ready to time: two eager warm-up calls (compiles), the capture,
+    20 untimed replays."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -31,6 +31,13 @@ def time_graph(fn, replays: int = 200, batches: int = 5) -> float:
     for _ in range(20):
         g.replay()
     torch.cuda.synchronize()
+    return g
+
+
+def time_graph(fn, replays: int = 200, batches: int = 5) -> float:
+    """Microseconds per replay of `fn` captured as one CUDA graph (capture_graph), the median of `batches`
+    timed batches of `replays`."""
+    g = capture_graph(fn)
     times = []
     for _ in range(batches):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -96,17 +103,24 @@ def step_capacity(ctx: int) -> int:
     return -(-(ctx + 256 + 64) // 1024) * 1024
 
 
-def step_us(model, ctx: int, rows: int, replays: int = 200, split: int | None = None) -> float:
-    """Microseconds per replay of `model`'s captured step (every layer's kernels and the LM head) for
-    `rows` rows at positions ctx.., in a fresh cache sized for ctx + 320. `split`: keys per attention
-    split (None: the engine's default_split). engine.model is imported here, after the bench has put
-    the checkout it times first on sys.path (bench/step_sweep.py --tree)."""
+def step_inputs(model, ctx: int, rows: int, split: int | None = None):
+    """(cache, io) of a timed step: `rows` rows at positions ctx.. in a fresh cache sized for ctx + 320
+    (step_capacity). engine.model is imported here, after the bench has put the checkout it times first
+    on sys.path (bench/step_sweep.py --tree)."""
     from engine.model import StepIO
 
     cap = step_capacity(ctx)
     cache = model.new_cache(cap)
     io = StepIO(model, cap, split=split)
     io.set_rows(list(range(1000, 1000 + rows)), ctx)
+    return cache, io
+
+
+def step_us(model, ctx: int, rows: int, replays: int = 200, split: int | None = None) -> float:
+    """Microseconds per replay of `model`'s captured step (every layer's kernels and the LM head) for
+    `rows` rows at positions ctx.. (step_inputs). `split`: keys per attention split (None: the engine's
+    default_split)."""
+    cache, io = step_inputs(model, ctx, rows, split)
     us = time_graph(lambda: model.step(io, rows, cache), replays)
     del cache, io
     return us

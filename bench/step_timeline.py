@@ -89,29 +89,14 @@ def main() -> int:
         print("step_timeline: needs CUDA", file=sys.stderr)
         return 2
     from engine.generate import Engine
-    from engine.model import StepIO
-    from gpu_timing import step_capacity
+    from gpu_timing import capture_graph, step_inputs
     from models import random_model
 
     model = Engine(loaded=random_model(), device="cuda").model
     for ctx in (int(c) for c in args.contexts.split(",")):
         for rows in (int(r) for r in args.rows.split(",")):
-            cap = step_capacity(ctx)
-            cache = model.new_cache(cap)
-            io = StepIO(model, cap)
-            io.set_rows(list(range(1000, 1000 + rows)), ctx)
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):
-                for _ in range(2):
-                    model.step(io, rows, cache)
-            torch.cuda.current_stream().wait_stream(s)
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                model.step(io, rows, cache)
-            for _ in range(20):
-                g.replay()
-            torch.cuda.synchronize()
+            cache, io = step_inputs(model, ctx, rows)
+            g = capture_graph(lambda: model.step(io, rows, cache))
             with profile(activities=[ProfilerActivity.CUDA]) as prof:
                 for _ in range(args.replays):
                     g.replay()
