@@ -15,11 +15,16 @@ def embedding_reference(tokens: torch.Tensor, table: torch.Tensor) -> torch.Tens
 
 
 @triton.jit
-def embedding_row(row, tok_ptr, table_ptr, out_ptr, D, BLOCK_D: tl.constexpr):
-    tok = tl.load(tok_ptr + row).to(tl.int64)
+def table_row(tok, row, table_ptr, out_ptr, D, BLOCK_D: tl.constexpr):
+    """out[row] = table[tok] in float32."""
     d = tl.arange(0, BLOCK_D)
     vals = tl.load(table_ptr + tok * D + d, mask=d < D, other=0.0)
     tl.store(out_ptr + row * D + d, vals.to(tl.float32), mask=d < D)
+
+
+@triton.jit
+def embedding_row(row, tok_ptr, table_ptr, out_ptr, D, BLOCK_D: tl.constexpr):
+    table_row(tl.load(tok_ptr + row).to(tl.int64), row, table_ptr, out_ptr, D, BLOCK_D)
 
 
 @triton.jit
@@ -56,10 +61,7 @@ def _block_inputs_kernel(tok_ptr, pos_ptr, table_ptr, out_ptr, bounds_ptr, D, R,
                          BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr):
     pdl_start(USE_PDL)
     r = tl.program_id(0)
-    tok = tl.where(r == 0, tl.load(tok_ptr).to(tl.int64), mask_id)
-    d = tl.arange(0, BLOCK_D)
-    vals = tl.load(table_ptr + tok * D + d, mask=d < D, other=0.0)
-    tl.store(out_ptr + r * D + d, vals.to(tl.float32), mask=d < D)
+    table_row(tl.where(r == 0, tl.load(tok_ptr).to(tl.int64), mask_id), r, table_ptr, out_ptr, D, BLOCK_D)
     p = tl.load(pos_ptr).to(tl.int32)
     tl.store(bounds_ptr + r, tl.maximum(p - window, 0))
     tl.store(bounds_ptr + R + r, p + block_size)

@@ -126,7 +126,6 @@ class DrafterRuntime:
         self.base_logits = torch.zeros(p, c.vocab_size, device=dev)
         self.confidence = torch.zeros(p, device=dev)
         self.depth = torch.zeros((), dtype=torch.int64, device=dev)
-        self.capture_slots = len(c.target_layers)
 
     @property
     def rows(self) -> int:
