@@ -85,6 +85,18 @@ def random_bundled_engine(device: str):
     return engine, files
 
 
+def load_table(text: str | dict) -> None:
+    """Put a launch table ({"kind:NxK": LaunchConfig fields}, JSON text or a dict) over kernels/tuning.py's."""
+    import json
+
+    from kernels import tuning
+
+    for key, cfg in (json.loads(text) if isinstance(text, str) else text).items():
+        kind, nk = key.split(":")
+        n, k = (int(v) for v in nk.split("x"))
+        tuning.TABLE[(kind, n, k)] = tuning.LaunchConfig(**cfg)
+
+
 def set_switch(var: str, on: bool) -> None:
     """Kernel feature `var` on (`var=1`) or off (`var=0`) for the launches and captures that follow;
     a checkout whose kernels lack the switch is left as it is."""

@@ -2,8 +2,9 @@
 launch (and, where the kernels have it, the L2 prefetch) on, in the bundled model's shapes and the launch configurations of
 kernels/tuning.py; prints, per kernel, how many prefetch and griddepcontrol instructions its PTX has.
 Catches what the CPU interpreter cannot see (PTX, inline assembly, shared memory) before a device call.
+--trace: with the phase stamps of bench/kernel_phases.py compiled in (kernels.common.stamp).
 
-    TRITON_INTERPRET=0 python bench/sm90_compile.py
+    TRITON_INTERPRET=0 python bench/sm90_compile.py [--trace]
 """
 
 from __future__ import annotations
@@ -29,18 +30,26 @@ from kernels.qkv_rope import _qkv_rope_kernel  # noqa: E402
 from kernels.tuning import config_for  # noqa: E402
 
 TARGET = GPUTarget("cuda", 90, 32)
+# Integer arguments the JIT sees as multiples of 16 in the bundled shapes (strides, K, N, the cache's capacity):
+# it specializes them (tt.divisibility 16), which is what lets a bf16 weight row be copied by cp.async and
+# its load software-pipelined. Without these attributes the product's weight loads compile unpipelined.
+DIV16 = {"x_stride", "res_stride", "out_stride", "N", "K", "cache_head_stride", "CAP", "D", "F", "V",
+         "layer_cache_stride", "capture_slot_stride", "capture_row_stride"}
+TRACE = "--trace" in sys.argv
 
 
 def compile_one(name, fn, sig: dict, const: dict, num_warps: int, num_stages: int) -> dict:
     const = {k: v for k, v in const.items() if k in fn.arg_names}  # kernels without the prefetch take fewer
+    if "trace_ptr" in fn.arg_names:
+        sig, const = dict(sig, trace_ptr="*i64"), dict(const, TRACE=TRACE)
     sig = dict(sig, **{k: "constexpr" for k in const})
     # pointers 16-byte aligned, as the JIT specializes them at a launch with torch's allocations (vector loads)
-    attrs = {(fn.arg_names.index(k),): [["tt.divisibility", 16]] for k, t in sig.items() if t.startswith("*")}
+    attrs = {(fn.arg_names.index(k),): [["tt.divisibility", 16]] for k, t in sig.items() if t.startswith("*") or k in DIV16}
     src = ASTSource(fn, sig, constexprs={(fn.arg_names.index(k),): v for k, v in const.items()}, attrs=attrs)
     k = triton.compile(src, target=TARGET, options=dict(num_warps=num_warps, num_stages=num_stages))
     ptx = k.asm["ptx"]
     return {"kernel": name, "prefetch": ptx.count("prefetch.global.L2"), "griddepcontrol": ptx.count("griddepcontrol"),
-            "atomics": ptx.count("atom."), "shared": k.metadata.shared, "registers": getattr(k, "n_regs", None)}
+            "atomics": ptx.count("atom."), "stamps": ptx.count("%globaltimer"), "shared": k.metadata.shared, "registers": getattr(k, "n_regs", None)}
 
 
 def prefetch_lines(n_bytes: int) -> int:  # kernels.common's, where the kernels have the L2 prefetch

@@ -69,7 +69,7 @@ sys.path.insert(0, str(Path(ARGS.tree).resolve() if ARGS.tree else _ROOT))
 import torch  # noqa: E402
 
 from engine.model import StepIO, Transformer  # noqa: E402
-from gpu_timing import set_switch, step_capacity, step_us, time_graph  # noqa: E402
+from gpu_timing import load_table, set_switch, step_capacity, step_us, time_graph  # noqa: E402
 from kernels import tuning  # noqa: E402
 from models import random_model  # noqa: E402
 
@@ -116,13 +116,6 @@ def candidates(name: str, shape: tuple[str, int, int]):
     for field, values in AXES[name].items():
         for v in values:
             yield replace(tuning.config_for(*shape), **{field: v})
-
-
-def load_table(text: str | dict) -> None:
-    for key, cfg in (json.loads(text) if isinstance(text, str) else text).items():
-        kind, nk = key.split(":")
-        n, k = (int(v) for v in nk.split("x"))
-        tuning.TABLE[(kind, n, k)] = tuning.LaunchConfig(**cfg)
 
 
 def breakdown(model: Transformer, ctx: int, replays: int) -> dict[str, float]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 
@@ -133,3 +134,79 @@ def l2_prefetch(ptr, n_bytes, LINES: tl.constexpr, USE_PDL: tl.constexpr):
         p = ptr.to(tl.pointer_type(tl.int8), bitcast=True) + off
         tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [p], dtype=tl.int32,
                                   is_pure=False, pack=1)
+
+
+# Phase stamps, for bench/kernel_phases.py only. With a Tracer installed (`tracing`), each launch of a step
+# kernel (QKV, the attention's two passes, every linear) gets its own slot of the tracer's buffer, and each
+# of its programs writes there the GPU's %globaltimer (ns) at five points: 0 its entry, 1 after its
+# dependency wait, 2 when its input is ready (the RMSNorm's rstd, the attention's queries; 0 where the
+# kernel has no such point), 3 when its product is in registers (0 where the tile stores it itself), 4 at
+# its end, after its stores are issued. A stamp that follows a result waits for it (the timer read takes
+# the result as an operand). Off (the default) the kernels compile exactly as without: TRACE is a
+# constexpr and the stamps are not in the code.
+STAMPS = 5
+
+
+class Tracer:
+    """The stamps of up to `launches` kernel launches of `programs` programs each, in launch order (a
+    CUDA graph captured while the tracer is installed replays into the same slots)."""
+
+    def __init__(self, device, launches: int = 256, programs: int = 512):
+        self.buf = torch.zeros((launches, programs, STAMPS), dtype=torch.int64, device=device)
+        self.names: list[str] = []
+        self.grids: list[int] = []
+
+    def slot(self, name: str, programs: int) -> torch.Tensor:
+        if len(self.names) >= self.buf.shape[0]:
+            raise ValueError(f"tracer: more than {self.buf.shape[0]} launches")
+        if programs > self.buf.shape[1]:
+            raise ValueError(f"tracer: {name} has {programs} programs, the buffer {self.buf.shape[1]}")
+        self.names.append(name)
+        self.grids.append(programs)
+        return self.buf[len(self.names) - 1]
+
+    def rewind(self) -> None:
+        """The next launch takes slot 0 again (each call of a function a graph will capture starts here)."""
+        self.names.clear()
+        self.grids.clear()
+
+
+_tracer: Tracer | None = None
+
+
+@contextlib.contextmanager
+def tracing(tracer: Tracer):
+    """Every step kernel launched inside the block stamps its phases into `tracer` (CUDA only: the stamps
+    are PTX, which the interpreter cannot run)."""
+    global _tracer
+    if UPCAST_DOT or tracer.buf.device.type != "cuda":
+        raise ValueError("phase stamps need a CUDA device (the interpreter has no %globaltimer)")
+    _tracer, old = tracer, _tracer
+    try:
+        yield tracer
+    finally:
+        _tracer = old
+
+
+def trace_args(name: str, programs: int, like: torch.Tensor) -> dict:
+    """The launch keywords of the phase stamps: a slot of the installed tracer, or none (`like`, any
+    tensor of the launch, stands in for the unused pointer)."""
+    if _tracer is None:
+        return {"trace_ptr": like, "TRACE": False}
+    return {"trace_ptr": _tracer.slot(name, programs), "TRACE": True}
+
+
+@triton.jit
+def stamp(trace_ptr, pid, j: tl.constexpr, dep):
+    """Stamp j of program pid: %globaltimer once every element of `dep` (a 1-D or 2-D tensor) is ready."""
+    d = dep.to(tl.float32).to(tl.int32, bitcast=True)
+    t = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [d], dtype=tl.int64, is_pure=False, pack=1)
+    if len(t.shape) == 2:
+        t = tl.max(t, axis=1)
+    tl.store(trace_ptr + pid * 5 + j, tl.max(t, axis=0))  # 5: STAMPS
+
+
+@triton.jit
+def stamp_now(trace_ptr, pid, j: tl.constexpr):
+    """Stamp j of program pid: %globaltimer when the program gets here."""
+    stamp(trace_ptr, pid, j, tl.zeros([1], dtype=tl.float32))

@@ -20,7 +20,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import UPCAST_DOT, l2_prefetch, mma, pdl_args, pdl_start, prefetch_lines, prefetch_on, preload_on
+from kernels.common import (UPCAST_DOT, l2_prefetch, mma, pdl_args, pdl_start, prefetch_lines, prefetch_on, preload_on, stamp,
+                            stamp_now, trace_args)
 from kernels.tuning import config_for
 
 LOG2E = 1.4426950408889634
@@ -137,10 +138,13 @@ def _attn_split_kernel(
     M, H, CAP, cache_head_stride, n_splits, scale_log2,
     G: tl.constexpr, HD: tl.constexpr, SPLIT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_KV: tl.constexpr,
     IEEE: tl.constexpr, UPCAST: tl.constexpr, PREFETCH_LINES: tl.constexpr, ELEM_BYTES: tl.constexpr,
-    USE_PDL: tl.constexpr, PRELOAD: tl.constexpr,
+    USE_PDL: tl.constexpr, PRELOAD: tl.constexpr, trace_ptr, TRACE: tl.constexpr,
 ):
     kvh = tl.program_id(0)
     split = tl.program_id(1)
+    pid = kvh * tl.num_programs(1) + split
+    if TRACE:  # phase stamps (common.stamp): 2 and 3 only where the split is one block read before the wait
+        stamp_now(trace_ptr, pid, 0)
     if PRELOAD:
         # The split is one block of keys (SPLIT == BLOCK_KV), loaded before the dependency wait: the kernel
         # before this one (the layer's QKV) writes the cache only at its rows' positions (fresh_ptr), and a
@@ -154,7 +158,11 @@ def _attn_split_kernel(
         k = tl.load(k_at, mask=in_cache, other=0.0)
         v = tl.load(v_at, mask=in_cache, other=0.0)
         pdl_start(USE_PDL)
+        if TRACE:
+            stamp_now(trace_ptr, pid, 1)
         row, head, r_mask, kv_start, kv_end, q = attn_split_rows(kvh, q_ptr, start_ptr, end_ptr, M, H, G, HD, BLOCK_R, "")
+        if TRACE:
+            stamp(trace_ptr, pid, 2, q)
         rr = tl.arange(0, BLOCK_R)
         fresh = tl.load(fresh_ptr + rr, mask=rr < M, other=-1)
         if tl.max(((fresh >= lo) & (fresh < lo + BLOCK_KV)).to(tl.int32), axis=0) > 0:
@@ -165,13 +173,19 @@ def _attn_split_kernel(
         acc = tl.zeros([BLOCK_R, HD], dtype=tl.float32)
         if lo < tl.minimum(lo + SPLIT, tl.max(kv_end, axis=0)):  # attn_split_tile's loop, one block
             m_i, l_i, acc = attn_block(q, k, v, kpos, kv_start, kv_end, m_i, l_i, acc, scale_log2, IEEE, UPCAST)
+        if TRACE:
+            stamp(trace_ptr, pid, 3, acc)
         attn_split_store(split, row, head, r_mask, m_i, l_i, acc, out_ptr, lse_ptr, H, n_splits, HD)
     else:
         if PREFETCH_LINES > 0:
             attn_prefetch(kvh, split, k_ptr, v_ptr, CAP, cache_head_stride, HD, SPLIT, PREFETCH_LINES, ELEM_BYTES, USE_PDL)
         pdl_start(USE_PDL)
+        if TRACE:
+            stamp_now(trace_ptr, pid, 1)
         attn_split_tile(kvh, split, q_ptr, k_ptr, v_ptr, start_ptr, end_ptr, out_ptr, lse_ptr, M, H, CAP,
                         cache_head_stride, n_splits, scale_log2, G, HD, SPLIT, BLOCK_R, BLOCK_KV, IEEE, UPCAST, "")
+    if TRACE:
+        stamp_now(trace_ptr, pid, 4)
 
 
 @triton.jit
@@ -199,14 +213,21 @@ def attn_combine_tile(row, head, part_ptr, lse_ptr, out_ptr, H, n_splits, HD: tl
 
 @triton.jit
 def _attn_combine_kernel(part_ptr, lse_ptr, out_ptr, H, n_splits, HD: tl.constexpr, BLOCK_S: tl.constexpr,
-                         BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr):
+                         BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr, trace_ptr, TRACE: tl.constexpr):
+    pid = tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)
+    if TRACE:  # phase stamps 0, 1 and 4 (common.stamp)
+        stamp_now(trace_ptr, pid, 0)
     pdl_start(USE_PDL)
+    if TRACE:
+        stamp_now(trace_ptr, pid, 1)
     if BLOCK_D > 0:  # grid (rows, heads x HD / BLOCK_D): a slice of a head's dimensions per program
         head = tl.program_id(1) // (HD // BLOCK_D)
         d0 = (tl.program_id(1) % (HD // BLOCK_D)) * BLOCK_D
         attn_combine_tile(tl.program_id(0), head, part_ptr, lse_ptr, out_ptr, H, n_splits, HD, BLOCK_S, "", d0, BLOCK_D)
     else:
         attn_combine_tile(tl.program_id(0), tl.program_id(1), part_ptr, lse_ptr, out_ptr, H, n_splits, HD, BLOCK_S, "", 0, 0)
+    if TRACE:
+        stamp_now(trace_ptr, pid, 4)
 
 
 MAX_SPLITS = 128  # splits a default split leaves at most (the combine takes them all in one tile)
@@ -278,7 +299,7 @@ def attention_triton(
         m, h, cap, k_cache.stride(0), ns, scale * LOG2E,
         G=g, HD=d, SPLIT=split, BLOCK_R=block_r, BLOCK_KV=block_kv, UPCAST=UPCAST_DOT, IEEE=q.dtype == torch.float32,
         PREFETCH_LINES=lines, ELEM_BYTES=k_cache.element_size(), PRELOAD=preload, num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages, **pdl,
+        num_stages=cfg.num_stages, **pdl, **trace_args("attn", kvh * ns, out),
     )
     return attention_combine(workspace, m, out)
 
@@ -290,7 +311,8 @@ def attention_combine(workspace: AttentionWorkspace, m: int, out: torch.Tensor) 
     ns = workspace.n_splits
     cfg = config_for("combine", h, d)
     block_d = cfg.block_n if 0 < cfg.block_n < d and d % cfg.block_n == 0 else 0  # block_n: dimensions per program
-    _attn_combine_kernel[(m, h * (d // block_d if block_d else 1))](
+    grid = (m, h * (d // block_d if block_d else 1))
+    _attn_combine_kernel[grid](
         workspace.part, workspace.lse, out, h, ns, HD=d, BLOCK_S=triton.next_power_of_2(ns), BLOCK_D=block_d,
-        num_warps=cfg.num_warps, **pdl_args(out))
+        num_warps=cfg.num_warps, **pdl_args(out), **trace_args("combine", grid[0] * grid[1], out))
     return out

@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 
 from kernels.common import (UPCAST_DOT, l2_prefetch, latency_bound, mma, pdl_args, pdl_start, prefetch_lines, prefetch_on,
-                            unroll_norm)
+                            stamp, stamp_now, trace_args, unroll_norm)
 
 from kernels.rmsnorm import rmsnorm_reference
 from kernels.tuning import config_for
@@ -111,7 +111,7 @@ def linear_tile(
     pid, x_ptr, x_stride, norm_ptr, w_ptr, up_ptr, bias_ptr, res_ptr, res_stride, M, N, K, eps,
     HAS_NORM: tl.constexpr, SWIGLU: tl.constexpr, HAS_RES: tl.constexpr, HAS_BIAS: tl.constexpr,
     IEEE: tl.constexpr, UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    CACHE: tl.constexpr, UNROLL_NORM: tl.constexpr, EARLY: tl.constexpr,
+    CACHE: tl.constexpr, UNROLL_NORM: tl.constexpr, EARLY: tl.constexpr, trace_ptr=None, TRACE: tl.constexpr = False,
 ):
     """Output tile `pid` (BLOCK_N columns, every row) of the fused op, float32. CACHE is the load cache
     modifier of x and the residual: ".cg" (L2 only) where another program of the same launch wrote them
@@ -121,7 +121,8 @@ def linear_tile(
     the same bits; compiled for the H200 the rounding differs slightly: with it, the bot's AR streams
     left the previous main's after 6-84 tokens, KL 0.0002, as they did with the ungated version alone
     (docs/perf.md, 2026-12-02 fourth and sixth sessions). Within
-    one build a row's result still never depends on how many rows share the step."""
+    one build a row's result still never depends on how many rows share the step. TRACE: phase stamps 2
+    and 3 (common.stamp)."""
     rm = tl.arange(0, BLOCK_M)
     rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
@@ -140,11 +141,15 @@ def linear_tile(
     rstd = tl.zeros([BLOCK_M], dtype=tl.float32)
     if HAS_NORM:
         rstd = row_rstd(x_ptr, x_stride, rm, m_mask, K, eps, BLOCK_M, BLOCK_K, CACHE, UNROLL_NORM)
+        if TRACE:
+            stamp(trace_ptr, pid, 2, rstd)
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         acc, acc_up = _linear_k_block(acc, acc_up, k0 + rk, x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, up_ptr,
                                       rn, n_mask, K, HAS_NORM, SWIGLU, IEEE, UPCAST, CACHE)
+    if TRACE:
+        stamp(trace_ptr, pid, 3, acc + acc_up)
     if HAS_BIAS:
         if not EARLY:
             bias = tl.load(bias_ptr + rn, mask=n_mask, other=0.0).to(tl.float32)
@@ -173,15 +178,22 @@ def _fused_linear_kernel(
     HAS_NORM: tl.constexpr, SWIGLU: tl.constexpr, HAS_RES: tl.constexpr, HAS_BIAS: tl.constexpr,
     IEEE: tl.constexpr, UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     PREFETCH_LINES: tl.constexpr, ELEM_BYTES: tl.constexpr, USE_PDL: tl.constexpr, UNROLL_NORM: tl.constexpr,
-    EARLY: tl.constexpr,
+    EARLY: tl.constexpr, trace_ptr, TRACE: tl.constexpr,
 ):
     pid = tl.program_id(0)
+    if TRACE:
+        stamp_now(trace_ptr, pid, 0)
     if PREFETCH_LINES > 0:
         linear_prefetch(pid, w_ptr, up_ptr, N, K, SWIGLU, BLOCK_N, PREFETCH_LINES, ELEM_BYTES, USE_PDL)
     pdl_start(USE_PDL)
+    if TRACE:
+        stamp_now(trace_ptr, pid, 1)
     acc = linear_tile(pid, x_ptr, x_stride, norm_ptr, w_ptr, up_ptr, bias_ptr, res_ptr, res_stride, M, N, K, eps,
-                      HAS_NORM, SWIGLU, HAS_RES, HAS_BIAS, IEEE, UPCAST, BLOCK_M, BLOCK_N, BLOCK_K, "", UNROLL_NORM, EARLY)
+                      HAS_NORM, SWIGLU, HAS_RES, HAS_BIAS, IEEE, UPCAST, BLOCK_M, BLOCK_N, BLOCK_K, "", UNROLL_NORM, EARLY,
+                      trace_ptr, TRACE)
     store_tile(out_ptr, out_stride, acc, pid, M, N, BLOCK_M, BLOCK_N)
+    if TRACE:
+        stamp_now(trace_ptr, pid, 4)
 
 
 def fused_linear_triton(
@@ -211,7 +223,8 @@ def fused_linear_triton(
     pdl = pdl_args(x)
     # only where the kernel is latency-bound (common.PREFETCH_MAX_BYTES): never the LM head
     lines = prefetch_lines(cfg.block_n * k * weight.element_size()) if prefetch_on(pdl, weight.nbytes * (2 if up_weight is not None else 1)) else 0
-    _fused_linear_kernel[(triton.cdiv(n, cfg.block_n),)](
+    grid = triton.cdiv(n, cfg.block_n)
+    _fused_linear_kernel[(grid,)](
         x, x.stride(0), norm_weight if norm_weight is not None else dummy, weight,
         up_weight if up_weight is not None else dummy, bias if bias is not None else dummy,
         residual if residual is not None else out, residual.stride(0) if residual is not None else 0,
@@ -221,5 +234,6 @@ def fused_linear_triton(
         BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         PREFETCH_LINES=lines, ELEM_BYTES=weight.element_size(), UNROLL_NORM=unroll_norm(k, cfg.block_k),
         EARLY=latency_bound(weight.nbytes * (2 if up_weight is not None else 1)), **pdl,
+        **trace_args(kind, grid, out),
     )
     return out

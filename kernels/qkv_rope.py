@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 
 from kernels.common import (UPCAST_DOT, l2_prefetch, latency_bound, mma, pdl_args, pdl_start, prefetch_lines, prefetch_on,
-                            unroll_norm)
+                            stamp, stamp_now, trace_args, unroll_norm)
 
 from kernels.fused_linear import BLOCK_M, row_rstd
 from kernels.prefill import rope_rotate
@@ -95,12 +95,13 @@ def qkv_rope_tile(
     M, K, eps, H, KVH,
     HD: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_QKNORM: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, SUB: tl.constexpr, CACHE: tl.constexpr, UNROLL_NORM: tl.constexpr,
-    EARLY: tl.constexpr,
+    EARLY: tl.constexpr, trace_ptr=None, TRACE: tl.constexpr = False,
 ):
     """Program `pid` = (head, part): SUB programs per head, part p owning the columns [p*HB, (p+1)*HB) of
     each rotate-half half (HB = HD/2/SUB), so RoPE's pairs (i, i + HD/2) stay in one program. CACHE: the
     load cache modifier of x, UNROLL_NORM the norm's pass unrolled or not, EARLY the positions, RoPE angles
-    and bias loaded before the K walk (see fused_linear.linear_tile)."""
+    and bias loaded before the K walk (see fused_linear.linear_tile). TRACE: phase stamps 2 and 3
+    (common.stamp)."""
     HALF: tl.constexpr = HD // 2
     HB: tl.constexpr = HALF // SUB
     head = pid // SUB
@@ -119,11 +120,15 @@ def qkv_rope_tile(
             b2 = tl.load(b_ptr + row0 + HALF + rh).to(tl.float32)
     # RMSNorm's rstd first, from one pass over x (see fused_linear.py for why not inside the K walk)
     rstd = row_rstd(x_ptr, x_stride, rm, m_mask, K, eps, BLOCK_M, BLOCK_K, CACHE, UNROLL_NORM)
+    if TRACE:
+        stamp(trace_ptr, pid, 2, rstd)
     acc1 = tl.zeros([BLOCK_M, HB], dtype=tl.float32)
     acc2 = tl.zeros([BLOCK_M, HB], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         acc1, acc2 = _qkv_k_block(acc1, acc2, k0 + rk, x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, row0, rh, K,
                                   HALF, IEEE, UPCAST, CACHE)
+    if TRACE:
+        stamp(trace_ptr, pid, 3, acc1 + acc2)
     if HAS_BIAS:
         if not EARLY:
             b1 = tl.load(b_ptr + row0 + rh).to(tl.float32)
@@ -174,14 +179,21 @@ def _qkv_rope_kernel(
     HD: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_QKNORM: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, SUB: tl.constexpr, PREFETCH_LINES: tl.constexpr,
     ELEM_BYTES: tl.constexpr, USE_PDL: tl.constexpr, UNROLL_NORM: tl.constexpr, EARLY: tl.constexpr,
+    trace_ptr, TRACE: tl.constexpr,
 ):
     pid = tl.program_id(0)
+    if TRACE:
+        stamp_now(trace_ptr, pid, 0)
     if PREFETCH_LINES > 0:
         qkv_prefetch(pid, w_ptr, K, HD, SUB, PREFETCH_LINES, ELEM_BYTES, USE_PDL)
     pdl_start(USE_PDL)
+    if TRACE:
+        stamp_now(trace_ptr, pid, 1)
     qkv_rope_tile(pid, x_ptr, x_stride, norm_ptr, w_ptr, b_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr,
                   q_ptr, k_cache_ptr, v_cache_ptr, cache_head_stride, M, K, eps, H, KVH,
-                  HD, HAS_BIAS, HAS_QKNORM, IEEE, UPCAST, BLOCK_M, BLOCK_K, SUB, "", UNROLL_NORM, EARLY)
+                  HD, HAS_BIAS, HAS_QKNORM, IEEE, UPCAST, BLOCK_M, BLOCK_K, SUB, "", UNROLL_NORM, EARLY, trace_ptr, TRACE)
+    if TRACE:
+        stamp_now(trace_ptr, pid, 4)
 
 
 def qkv_rope_triton(
@@ -214,7 +226,8 @@ def qkv_rope_triton(
     sub = 1 if (q_norm is not None or not cfg.block_n) else max(1, (hd // 2) // max(cfg.block_n, 16))
     pdl = pdl_args(x)
     lines = prefetch_lines((hd // 2 // sub) * k * wqkv.element_size()) if prefetch_on(pdl, wqkv.nbytes) else 0
-    _qkv_rope_kernel[((n_heads + 2 * n_kv_heads) * sub,)](
+    grid = (n_heads + 2 * n_kv_heads) * sub
+    _qkv_rope_kernel[(grid,)](
         x, x.stride(0), norm_weight, wqkv, bqkv if bqkv is not None else wqkv,
         q_norm if q_norm is not None else norm_weight, k_norm if k_norm is not None else norm_weight,
         cos, sin, positions, q_out, k_cache, v_cache, k_cache.stride(0),
@@ -222,6 +235,6 @@ def qkv_rope_triton(
         HD=hd, HAS_BIAS=bqkv is not None, HAS_QKNORM=q_norm is not None, UPCAST=UPCAST_DOT, IEEE=wqkv.dtype == torch.float32,
         BLOCK_M=BLOCK_M, BLOCK_K=cfg.block_k, SUB=sub, PREFETCH_LINES=lines, ELEM_BYTES=wqkv.element_size(),
         UNROLL_NORM=unroll_norm(k, cfg.block_k), EARLY=latency_bound(wqkv.nbytes),
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl, **trace_args("qkv", grid, q_out),
     )
     return q_out

@@ -243,3 +243,52 @@ def test_a_capture_survives_the_collector_freeing_old_graphs():
     assert seen == [False]
     g()
     torch.cuda.synchronize()
+
+
+@pytest.mark.parametrize("rows", (1, 7))
+def test_phase_stamps_change_no_bit_and_come_in_order(engine, rows):
+    """bench/kernel_phases.py's stamps (kernels.common.Tracer): a step captured with them gives the logits
+    and cache of the step without them, and every program of every traced launch stamps its entry, its
+    wait, its input and product (where the kernel has them) and its end in that order."""
+    from engine.model import StepIO
+    from kernels.common import Tracer, tracing
+
+    model, ctx, cap = engine.model, 3000, 4096
+    ids = random_ids(rows, engine.config.vocab_size, seed=rows)
+
+    def step(tracer):
+        cache = model.new_cache(cap)
+        io = StepIO(model, cap)
+        io.set_rows(ids, ctx)
+
+        def run():
+            if tracer is not None:
+                tracer.rewind()
+            model.step(io, rows, cache)
+
+        g = torch.cuda.CUDAGraph()
+        run()  # compiles
+        with torch.cuda.graph(g):
+            run()
+        g.replay()
+        torch.cuda.synchronize()
+        return io.logits[:rows].clone(), cache.k.clone()
+
+    plain = step(None)
+    tracer = Tracer("cuda")
+    with tracing(tracer):
+        traced = step(tracer)
+    assert torch.equal(plain[0], traced[0]) and torch.equal(plain[1], traced[1])
+    n = engine.config.n_layers
+    assert tracer.names == ["qkv", "attn", "combine", "linear", "swiglu", "linear"] * n + ["lm_head"]
+    stamps = tracer.buf.cpu()
+    for i, (name, programs) in enumerate(zip(tracer.names, tracer.grids)):
+        s = stamps[i, :programs]
+        assert (s[:, 0] > 0).all() and (s[:, 4] > 0).all(), f"launch {i} ({name}): a program did not stamp"
+        for a, b in ((0, 1), (1, 2), (2, 3), (3, 4)):
+            later, earlier = s[:, b], s[:, a]
+            ok = (later == 0) | (earlier == 0) | (later >= earlier)
+            assert ok.all(), f"launch {i} ({name}): stamp {b} before stamp {a}"
+        if name in ("qkv", "swiglu", "lm_head"):  # the kernels with an RMSNorm input and a product
+            assert (s[:, 2] > 0).all() and (s[:, 3] > 0).all()
+        assert (stamps[i, programs:] == 0).all()
