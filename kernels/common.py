@@ -31,6 +31,16 @@ def mma(a, b, acc, IEEE: tl.constexpr, UPCAST: tl.constexpr):
         return tl.dot(a, b, acc)
 
 
+@triton.jit
+def mma3(a, b, acc, UPCAST: tl.constexpr):
+    """acc + a @ b batched over the first axis (a [S, M, K], b [S, K, N]), float32 accumulation; on the
+    tensor cores each batch is its own chain of products (tuning.LaunchConfig.k_split)."""
+    if UPCAST:
+        return acc + tl.sum(a.to(tl.float32)[:, :, :, None] * b.to(tl.float32)[:, None, :, :], axis=2)
+    else:
+        return tl.dot(a, b, acc)
+
+
 # Programmatic dependent launch (Hopper and later): each step kernel is launched with the launch_pdl
 # attribute, so the GPU may start the next kernel's blocks while this one finishes; every kernel
 # starts with `pdl_start`, which waits until the previous kernel is complete and its writes are

@@ -14,11 +14,11 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import (UPCAST_DOT, l2_prefetch, latency_bound, mma, pdl_args, pdl_start, prefetch_lines, prefetch_on,
-                            stamp, stamp_now, trace_args, unroll_norm)
+from kernels.common import (UPCAST_DOT, l2_prefetch, latency_bound, mma, mma3, pdl_args, pdl_start, prefetch_lines,
+                            prefetch_on, stamp, stamp_now, trace_args, unroll_norm)
 
 from kernels.rmsnorm import rmsnorm_reference
-from kernels.tuning import config_for
+from kernels.tuning import config_for, k_slices
 
 BLOCK_M = 16  # rows per launch; the step never has more than 8
 
@@ -107,11 +107,42 @@ def _linear_k_block(acc, acc_up, kk, x_ptr, x_stride, rm, m_mask, rstd, norm_ptr
 
 
 @triton.jit
+def _linear_walk_split(x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, up_ptr, rn, n_mask, K, KS,
+                       HAS_NORM: tl.constexpr, SWIGLU: tl.constexpr, UPCAST: tl.constexpr, CACHE: tl.constexpr,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, KSPLIT: tl.constexpr):
+    """The product's K walk as KSPLIT slices of KS walked side by side (slice s: [s*KS, (s+1)*KS) of K, the
+    batch s of a 3-D product), then the slices' sums added in a fixed order. x's elements are normalised
+    and rounded exactly as in _linear_k_block."""
+    rs = tl.arange(0, KSPLIT)
+    rk = tl.arange(0, BLOCK_K)
+    acc = tl.zeros([KSPLIT, BLOCK_M, BLOCK_N], dtype=tl.float32)
+    acc_up = tl.zeros([KSPLIT, BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k0 in range(0, KS, BLOCK_K):
+        kl = k0 + rk
+        kk = rs[:, None] * KS + kl[None, :]  # [KSPLIT, BLOCK_K]
+        k_mask = (kl[None, :] < KS) & (kk < K)
+        xv = tl.load(x_ptr + rm[None, :, None] * x_stride + kk[:, None, :], mask=m_mask[None, :, None] & k_mask[:, None, :],
+                     other=0.0, cache_modifier=CACHE)
+        if HAS_NORM:
+            nw = tl.load(norm_ptr + kk, mask=k_mask, other=0.0).to(tl.float32)
+            xv = xv.to(tl.float32) * rstd[None, :, None] * nw[:, None, :]
+        a = xv.to(w_ptr.dtype.element_ty)
+        w_mask = n_mask[None, None, :] & k_mask[:, :, None]
+        w = tl.load(w_ptr + rn[None, None, :] * K + kk[:, :, None], mask=w_mask, other=0.0)  # [KSPLIT, BLOCK_K, BLOCK_N]
+        acc = mma3(a, w, acc, UPCAST)
+        if SWIGLU:
+            u = tl.load(up_ptr + rn[None, None, :] * K + kk[:, :, None], mask=w_mask, other=0.0)
+            acc_up = mma3(a, u, acc_up, UPCAST)
+    return tl.sum(acc, axis=0), tl.sum(acc_up, axis=0)
+
+
+@triton.jit
 def linear_tile(
     pid, x_ptr, x_stride, norm_ptr, w_ptr, up_ptr, bias_ptr, res_ptr, res_stride, M, N, K, eps,
     HAS_NORM: tl.constexpr, SWIGLU: tl.constexpr, HAS_RES: tl.constexpr, HAS_BIAS: tl.constexpr,
     IEEE: tl.constexpr, UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     CACHE: tl.constexpr, UNROLL_NORM: tl.constexpr, EARLY: tl.constexpr, trace_ptr=None, TRACE: tl.constexpr = False,
+    KSPLIT: tl.constexpr = 1, KS=0,
 ):
     """Output tile `pid` (BLOCK_N columns, every row) of the fused op, float32. CACHE is the load cache
     modifier of x and the residual: ".cg" (L2 only) where another program of the same launch wrote them
@@ -122,7 +153,7 @@ def linear_tile(
     left the previous main's after 6-84 tokens, KL 0.0002, as they did with the ungated version alone
     (docs/perf.md, 2026-12-02 fourth and sixth sessions). Within
     one build a row's result still never depends on how many rows share the step. TRACE: phase stamps 2
-    and 3 (common.stamp)."""
+    and 3 (common.stamp). KSPLIT > 1: the K walk in KSPLIT slices of KS (_linear_walk_split)."""
     rm = tl.arange(0, BLOCK_M)
     rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
@@ -143,11 +174,15 @@ def linear_tile(
         rstd = row_rstd(x_ptr, x_stride, rm, m_mask, K, eps, BLOCK_M, BLOCK_K, CACHE, UNROLL_NORM)
         if TRACE:
             stamp(trace_ptr, pid, 2, rstd)
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        acc, acc_up = _linear_k_block(acc, acc_up, k0 + rk, x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, up_ptr,
-                                      rn, n_mask, K, HAS_NORM, SWIGLU, IEEE, UPCAST, CACHE)
+    if KSPLIT > 1:
+        acc, acc_up = _linear_walk_split(x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, up_ptr, rn, n_mask, K, KS,
+                                         HAS_NORM, SWIGLU, UPCAST, CACHE, BLOCK_M, BLOCK_N, BLOCK_K, KSPLIT)
+    else:
+        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            acc, acc_up = _linear_k_block(acc, acc_up, k0 + rk, x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, up_ptr,
+                                          rn, n_mask, K, HAS_NORM, SWIGLU, IEEE, UPCAST, CACHE)
     if TRACE:
         stamp(trace_ptr, pid, 3, acc + acc_up)
     if HAS_BIAS:
@@ -178,7 +213,7 @@ def _fused_linear_kernel(
     HAS_NORM: tl.constexpr, SWIGLU: tl.constexpr, HAS_RES: tl.constexpr, HAS_BIAS: tl.constexpr,
     IEEE: tl.constexpr, UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     PREFETCH_LINES: tl.constexpr, ELEM_BYTES: tl.constexpr, USE_PDL: tl.constexpr, UNROLL_NORM: tl.constexpr,
-    EARLY: tl.constexpr, trace_ptr, TRACE: tl.constexpr,
+    EARLY: tl.constexpr, trace_ptr, TRACE: tl.constexpr, KSPLIT: tl.constexpr, KS,
 ):
     pid = tl.program_id(0)
     if TRACE:
@@ -190,7 +225,7 @@ def _fused_linear_kernel(
         stamp_now(trace_ptr, pid, 1)
     acc = linear_tile(pid, x_ptr, x_stride, norm_ptr, w_ptr, up_ptr, bias_ptr, res_ptr, res_stride, M, N, K, eps,
                       HAS_NORM, SWIGLU, HAS_RES, HAS_BIAS, IEEE, UPCAST, BLOCK_M, BLOCK_N, BLOCK_K, "", UNROLL_NORM, EARLY,
-                      trace_ptr, TRACE)
+                      trace_ptr, TRACE, KSPLIT, KS)
     store_tile(out_ptr, out_stride, acc, pid, M, N, BLOCK_M, BLOCK_N)
     if TRACE:
         stamp_now(trace_ptr, pid, 4)
@@ -224,6 +259,7 @@ def fused_linear_triton(
     # only where the kernel is latency-bound (common.PREFETCH_MAX_BYTES): never the LM head
     lines = prefetch_lines(cfg.block_n * k * weight.element_size()) if prefetch_on(pdl, weight.nbytes * (2 if up_weight is not None else 1)) else 0
     grid = triton.cdiv(n, cfg.block_n)
+    ksplit, ks = k_slices(cfg, k, weight.dtype)
     _fused_linear_kernel[(grid,)](
         x, x.stride(0), norm_weight if norm_weight is not None else dummy, weight,
         up_weight if up_weight is not None else dummy, bias if bias is not None else dummy,
@@ -234,6 +270,6 @@ def fused_linear_triton(
         BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         PREFETCH_LINES=lines, ELEM_BYTES=weight.element_size(), UNROLL_NORM=unroll_norm(k, cfg.block_k),
         EARLY=latency_bound(weight.nbytes * (2 if up_weight is not None else 1)), **pdl,
-        **trace_args(kind, grid, out),
+        KSPLIT=ksplit, KS=ks, **trace_args(kind, grid, out),
     )
     return out

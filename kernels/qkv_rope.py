@@ -14,13 +14,13 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import (UPCAST_DOT, l2_prefetch, latency_bound, mma, pdl_args, pdl_start, prefetch_lines, prefetch_on,
-                            stamp, stamp_now, trace_args, unroll_norm)
+from kernels.common import (UPCAST_DOT, l2_prefetch, latency_bound, mma, mma3, pdl_args, pdl_start, prefetch_lines,
+                            prefetch_on, stamp, stamp_now, trace_args, unroll_norm)
 
 from kernels.fused_linear import BLOCK_M, row_rstd
 from kernels.prefill import rope_rotate
 from kernels.rmsnorm import rmsnorm_reference
-from kernels.tuning import config_for
+from kernels.tuning import config_for, k_slices
 
 
 def qkv_rope_reference(
@@ -89,19 +89,43 @@ def _qkv_k_block(acc1, acc2, kk, x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_
 
 
 @triton.jit
+def _qkv_walk_split(x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, row0, rh, K, KS, HALF: tl.constexpr,
+                    UPCAST: tl.constexpr, CACHE: tl.constexpr, BLOCK_M: tl.constexpr, HB: tl.constexpr,
+                    BLOCK_K: tl.constexpr, KSPLIT: tl.constexpr):
+    """Both halves' K walks as KSPLIT slices of KS side by side (fused_linear._linear_walk_split)."""
+    rs = tl.arange(0, KSPLIT)
+    rk = tl.arange(0, BLOCK_K)
+    acc1 = tl.zeros([KSPLIT, BLOCK_M, HB], dtype=tl.float32)
+    acc2 = tl.zeros([KSPLIT, BLOCK_M, HB], dtype=tl.float32)
+    for k0 in range(0, KS, BLOCK_K):
+        kl = k0 + rk
+        kk = rs[:, None] * KS + kl[None, :]  # [KSPLIT, BLOCK_K]
+        k_mask = (kl[None, :] < KS) & (kk < K)
+        xv = tl.load(x_ptr + rm[None, :, None] * x_stride + kk[:, None, :], mask=m_mask[None, :, None] & k_mask[:, None, :],
+                     other=0.0, cache_modifier=CACHE).to(tl.float32)
+        nw = tl.load(norm_ptr + kk, mask=k_mask, other=0.0).to(tl.float32)
+        a = (xv * rstd[None, :, None] * nw[:, None, :]).to(w_ptr.dtype.element_ty)
+        w1 = tl.load(w_ptr + (row0 + rh)[None, None, :] * K + kk[:, :, None], mask=k_mask[:, :, None], other=0.0)
+        w2 = tl.load(w_ptr + (row0 + HALF + rh)[None, None, :] * K + kk[:, :, None], mask=k_mask[:, :, None], other=0.0)
+        acc1 = mma3(a, w1, acc1, UPCAST)
+        acc2 = mma3(a, w2, acc2, UPCAST)
+    return tl.sum(acc1, axis=0), tl.sum(acc2, axis=0)
+
+
+@triton.jit
 def qkv_rope_tile(
     pid, x_ptr, x_stride, norm_ptr, w_ptr, b_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr,
     q_ptr, k_cache_ptr, v_cache_ptr, cache_head_stride,
     M, K, eps, H, KVH,
     HD: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_QKNORM: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, SUB: tl.constexpr, CACHE: tl.constexpr, UNROLL_NORM: tl.constexpr,
-    EARLY: tl.constexpr, trace_ptr=None, TRACE: tl.constexpr = False,
+    EARLY: tl.constexpr, trace_ptr=None, TRACE: tl.constexpr = False, KSPLIT: tl.constexpr = 1, KS=0,
 ):
     """Program `pid` = (head, part): SUB programs per head, part p owning the columns [p*HB, (p+1)*HB) of
     each rotate-half half (HB = HD/2/SUB), so RoPE's pairs (i, i + HD/2) stay in one program. CACHE: the
     load cache modifier of x, UNROLL_NORM the norm's pass unrolled or not, EARLY the positions, RoPE angles
     and bias loaded before the K walk (see fused_linear.linear_tile). TRACE: phase stamps 2 and 3
-    (common.stamp)."""
+    (common.stamp). KSPLIT > 1: the K walk in KSPLIT slices of KS (_qkv_walk_split)."""
     HALF: tl.constexpr = HD // 2
     HB: tl.constexpr = HALF // SUB
     head = pid // SUB
@@ -122,11 +146,15 @@ def qkv_rope_tile(
     rstd = row_rstd(x_ptr, x_stride, rm, m_mask, K, eps, BLOCK_M, BLOCK_K, CACHE, UNROLL_NORM)
     if TRACE:
         stamp(trace_ptr, pid, 2, rstd)
-    acc1 = tl.zeros([BLOCK_M, HB], dtype=tl.float32)
-    acc2 = tl.zeros([BLOCK_M, HB], dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        acc1, acc2 = _qkv_k_block(acc1, acc2, k0 + rk, x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, row0, rh, K,
-                                  HALF, IEEE, UPCAST, CACHE)
+    if KSPLIT > 1:
+        acc1, acc2 = _qkv_walk_split(x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, row0, rh, K, KS, HALF, UPCAST, CACHE,
+                                     BLOCK_M, HB, BLOCK_K, KSPLIT)
+    else:
+        acc1 = tl.zeros([BLOCK_M, HB], dtype=tl.float32)
+        acc2 = tl.zeros([BLOCK_M, HB], dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            acc1, acc2 = _qkv_k_block(acc1, acc2, k0 + rk, x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, row0, rh, K,
+                                      HALF, IEEE, UPCAST, CACHE)
     if TRACE:
         stamp(trace_ptr, pid, 3, acc1 + acc2)
     if HAS_BIAS:
@@ -179,7 +207,7 @@ def _qkv_rope_kernel(
     HD: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_QKNORM: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, SUB: tl.constexpr, PREFETCH_LINES: tl.constexpr,
     ELEM_BYTES: tl.constexpr, USE_PDL: tl.constexpr, UNROLL_NORM: tl.constexpr, EARLY: tl.constexpr,
-    trace_ptr, TRACE: tl.constexpr,
+    trace_ptr, TRACE: tl.constexpr, KSPLIT: tl.constexpr, KS,
 ):
     pid = tl.program_id(0)
     if TRACE:
@@ -191,7 +219,8 @@ def _qkv_rope_kernel(
         stamp_now(trace_ptr, pid, 1)
     qkv_rope_tile(pid, x_ptr, x_stride, norm_ptr, w_ptr, b_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr,
                   q_ptr, k_cache_ptr, v_cache_ptr, cache_head_stride, M, K, eps, H, KVH,
-                  HD, HAS_BIAS, HAS_QKNORM, IEEE, UPCAST, BLOCK_M, BLOCK_K, SUB, "", UNROLL_NORM, EARLY, trace_ptr, TRACE)
+                  HD, HAS_BIAS, HAS_QKNORM, IEEE, UPCAST, BLOCK_M, BLOCK_K, SUB, "", UNROLL_NORM, EARLY, trace_ptr, TRACE,
+                  KSPLIT, KS)
     if TRACE:
         stamp_now(trace_ptr, pid, 4)
 
@@ -227,6 +256,7 @@ def qkv_rope_triton(
     pdl = pdl_args(x)
     lines = prefetch_lines((hd // 2 // sub) * k * wqkv.element_size()) if prefetch_on(pdl, wqkv.nbytes) else 0
     grid = (n_heads + 2 * n_kv_heads) * sub
+    ksplit, ks = k_slices(cfg, k, wqkv.dtype)
     _qkv_rope_kernel[(grid,)](
         x, x.stride(0), norm_weight, wqkv, bqkv if bqkv is not None else wqkv,
         q_norm if q_norm is not None else norm_weight, k_norm if k_norm is not None else norm_weight,
@@ -234,7 +264,7 @@ def qkv_rope_triton(
         m, k, eps, n_heads, n_kv_heads,
         HD=hd, HAS_BIAS=bqkv is not None, HAS_QKNORM=q_norm is not None, UPCAST=UPCAST_DOT, IEEE=wqkv.dtype == torch.float32,
         BLOCK_M=BLOCK_M, BLOCK_K=cfg.block_k, SUB=sub, PREFETCH_LINES=lines, ELEM_BYTES=wqkv.element_size(),
-        UNROLL_NORM=unroll_norm(k, cfg.block_k), EARLY=latency_bound(wqkv.nbytes),
+        UNROLL_NORM=unroll_norm(k, cfg.block_k), EARLY=latency_bound(wqkv.nbytes), KSPLIT=ksplit, KS=ks,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl, **trace_args("qkv", grid, q_out),
     )
     return q_out

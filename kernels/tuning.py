@@ -17,6 +17,11 @@ class LaunchConfig:
     block_k: int = 64
     num_warps: int = 4
     num_stages: int = 3
+    # QKV and the linears: the K walk split into k_split slices walked side by side as the batches of one 3-D
+    # product (with k_split == num_warps, one warp per slice), their sums added after the walk: k_split
+    # times fewer steps, each a k_split-wide batch. The sums group differently from k_split = 1 (other
+    # rounding; still independent of the number of rows).
+    k_split: int = 1
 
 
 DEFAULTS = {
@@ -42,8 +47,11 @@ DEFAULTS = {
 # three later calls: the step 1-1.5 % faster at 4k and 7936 (docs/perf.md, 2026-12-04 thirteenth session).
 TABLE: dict[tuple[str, int, int], LaunchConfig] = {
     ("qkv", 960, 576): LaunchConfig(block_n=0, block_k=128, num_warps=4, num_stages=5),
-    ("linear", 576, 576): LaunchConfig(block_n=16, block_k=64, num_warps=4, num_stages=4),
-    ("linear", 576, 1536): LaunchConfig(block_n=16, block_k=256, num_warps=2, num_stages=3),
+    # The o-proj and the down-proj walk K in four slices side by side (k_split, one warp each; 64-wide steps):
+    # the step 1.9-2.3 % faster (down) and 0.6-0.9 % (o-proj) at 1k and 4k, 1 and 7 rows; QKV and gate/up,
+    # whose steps also normalise x, 8-12 % slower that way (docs/perf.md, 2026-12-04 sixteenth session).
+    ("linear", 576, 576): LaunchConfig(block_n=16, block_k=64, num_warps=4, num_stages=4, k_split=4),
+    ("linear", 576, 1536): LaunchConfig(block_n=16, block_k=64, num_warps=4, num_stages=4, k_split=4),
     ("swiglu", 1536, 576): LaunchConfig(block_n=32, block_k=128, num_warps=4, num_stages=4),
     ("lm_head", 49152, 576): LaunchConfig(block_n=128, block_k=64, num_warps=4, num_stages=3),
     # block_k = keys per inner block, at most the split's: a split of 64 keys (contexts to ~7,800) is one block
@@ -65,6 +73,18 @@ TABLE: dict[tuple[str, int, int], LaunchConfig] = {
 }
 
 _overrides: dict[str, LaunchConfig] = {}
+
+
+def k_slices(cfg: LaunchConfig, k: int, weight_dtype) -> tuple[int, int]:
+    """(slices, slice length) of a K walk of length k under cfg: cfg.k_split slices of a multiple of 16
+    (each slice's rows stay 16-byte aligned for cp.async), the last masked at k; one slice for float32
+    weights (their products run on the CUDA cores' IEEE path, which the 3-D product does not take)."""
+    import torch
+
+    if cfg.k_split not in (1, 2, 4, 8):
+        raise ValueError(f"k_split must be 1, 2, 4 or 8, got {cfg.k_split}")
+    s = 1 if weight_dtype == torch.float32 else cfg.k_split
+    return s, 16 * -(-(-(-k // s)) // 16)
 
 
 def config_for(kind: str, n: int, k: int) -> LaunchConfig:

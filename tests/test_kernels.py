@@ -271,6 +271,55 @@ def test_fused_linear_rows_are_batch_invariant(gen):
         assert torch.equal(fused_linear_triton(x[r : r + 1], w, norm_weight=nw, out_dtype=torch.float32)[0], together[r])
 
 
+@pytest.mark.parametrize("k_split", [2, 4])
+@pytest.mark.parametrize("variant", ["residual", "swiglu"])
+def test_k_walk_in_slices_computes_the_product_and_keeps_rows_invariant(k_split, variant, gen):
+    """tuning.LaunchConfig.k_split: the K walk as slices side by side (a K whose last slice is masked): the
+    fused op's value, and a row's bits the same alone as beside six others."""
+    m, k, n = 7, 200, 72
+    kind = "swiglu" if variant == "swiglu" else "linear"
+    x = randn(m, k, g=gen)
+    w = randn(n, k, g=gen, dtype=torch.bfloat16, scale=k**-0.5)
+    kw = {"norm_weight": randn(k, g=gen) * 0.1 + 1.0, "up_weight": randn(n, k, g=gen, dtype=torch.bfloat16, scale=k**-0.5)} \
+        if variant == "swiglu" else {"residual": randn(m, n, g=gen)}
+    want = fused_linear_reference(x, w, out_dtype=torch.float32, **kw)
+    with tuning.override(kind, block_k=32, k_split=k_split):
+        together = fused_linear_triton(x, w, out_dtype=torch.float32, **kw)
+        for r in range(m):
+            alone_kw = {key: (v[r : r + 1] if key == "residual" else v) for key, v in kw.items()}
+            assert torch.equal(fused_linear_triton(x[r : r + 1], w, out_dtype=torch.float32, **alone_kw)[0], together[r])
+    assert rel_err(together, want) < bound(torch.bfloat16)
+
+
+@pytest.mark.parametrize("k_split", [2, 4])
+def test_qkv_rope_with_the_k_walk_in_slices(k_split, gen):
+    heads, kv_heads, head_dim, m, d, cap = 9, 3, 64, 5, 200, 37
+    x = randn(m, d, g=gen)
+    nw = randn(d, g=gen) * 0.1 + 1.0
+    w = randn((heads + 2 * kv_heads) * head_dim, d, g=gen, dtype=torch.bfloat16, scale=d**-0.5)
+    cos, sin = rope_tables(head_dim, 10000.0, RopeScaling(), cap, DEV)
+    pos = torch.randperm(cap, generator=gen)[:m].to(DEV, torch.int32)
+    kc1, vc1 = (torch.zeros(kv_heads, cap, head_dim, dtype=torch.bfloat16, device=DEV) for _ in range(2))
+    kc2, vc2 = kc1.clone(), vc1.clone()
+    q1 = qkv_rope_reference(x, nw, w, None, None, None, cos, sin, pos.long(), kc1, vc1, heads, kv_heads, 1e-6)
+    with tuning.override("qkv", block_k=32, k_split=k_split):
+        q2 = qkv_rope_triton(x, nw, w, None, None, None, cos, sin, pos, kc2, vc2, heads, kv_heads, 1e-6)
+        for r in range(m):  # a row alone writes the bits it wrote beside the others
+            kc3, vc3 = torch.zeros_like(kc2), torch.zeros_like(vc2)
+            q3 = qkv_rope_triton(x[r : r + 1], nw, w, None, None, None, cos, sin, pos[r : r + 1], kc3, vc3, heads, kv_heads, 1e-6)
+            assert torch.equal(q3[0], q2[r]) and torch.equal(kc3[:, pos[r]], kc2[:, pos[r]])
+    assert rel_err(q2, q1) < bound(torch.bfloat16)
+    assert rel_err(kc2, kc1) < bound(torch.bfloat16) and rel_err(vc2, vc1) < bound(torch.bfloat16)
+
+
+def test_k_slices_are_aligned_and_checked():
+    assert tuning.k_slices(tuning.LaunchConfig(k_split=4), 576, torch.bfloat16) == (4, 144)
+    assert tuning.k_slices(tuning.LaunchConfig(k_split=4), 130, torch.bfloat16) == (4, 48)  # rounded up to 16, masked
+    assert tuning.k_slices(tuning.LaunchConfig(k_split=4), 576, torch.float32) == (1, 576)
+    with pytest.raises(ValueError, match="k_split"):
+        tuning.k_slices(tuning.LaunchConfig(k_split=3), 576, torch.bfloat16)
+
+
 @pytest.mark.parametrize("vocab", [1000, 5000, 49152])
 def test_greedy_commit(vocab, gen):
     m = 5
