@@ -33,7 +33,7 @@ TARGET = GPUTarget("cuda", 90, 32)
 # Integer arguments the JIT sees as multiples of 16 in the bundled shapes (strides, K, N, the cache's capacity):
 # it specializes them (tt.divisibility 16), which is what lets a bf16 weight row be copied by cp.async and
 # its load software-pipelined. Without these attributes the product's weight loads compile unpipelined.
-DIV16 = {"x_stride", "res_stride", "out_stride", "N", "K", "cache_head_stride", "CAP", "D", "F", "V",
+DIV16 = {"x_stride", "res_stride", "out_stride", "N", "K", "KS", "cache_head_stride", "CAP", "D", "F", "V",
          "layer_cache_stride", "capture_slot_stride", "capture_row_stride"}
 TRACE = "--trace" in sys.argv
 
@@ -42,6 +42,8 @@ def compile_one(name, fn, sig: dict, const: dict, num_warps: int, num_stages: in
     const = {k: v for k, v in const.items() if k in fn.arg_names}  # kernels without the prefetch take fewer
     if "trace_ptr" in fn.arg_names:
         sig, const = dict(sig, trace_ptr="*i64"), dict(const, TRACE=TRACE)
+    if "KS" in fn.arg_names:  # the K walk's slice length (tuning.k_slices), a multiple of 16
+        sig = dict(sig, KS="i32")
     sig = dict(sig, **{k: "constexpr" for k in const})
     # pointers 16-byte aligned, as the JIT specializes them at a launch with torch's allocations (vector loads)
     attrs = {(fn.arg_names.index(k),): [["tt.divisibility", 16]] for k, t in sig.items() if t.startswith("*") or k in DIV16}
@@ -69,7 +71,7 @@ def main() -> int:
         for unroll in (0, k):  # the norm pass looped, unrolled
             const = dict(HAS_NORM=norm, SWIGLU=swiglu, HAS_RES=res, HAS_BIAS=False, IEEE=False, UPCAST=False, BLOCK_M=BLOCK_M,
                          BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, PREFETCH_LINES=lines, ELEM_BYTES=2, USE_PDL=True,
-                         UNROLL_NORM=unroll, EARLY=kind != "lm_head")
+                         UNROLL_NORM=unroll, EARLY=kind != "lm_head", KSPLIT=cfg.k_split)
             out.append(compile_one(f"fused_linear {kind} {n}x{k}{' unrolled' if unroll else ''}", _fused_linear_kernel, lin,
                                    const, cfg.num_warps, cfg.num_stages))
     qkv = {"x_ptr": "*fp32", "x_stride": "i32", "norm_ptr": "*fp32", "w_ptr": "*bf16", "b_ptr": "*bf16", "qn_ptr": "*fp32",
@@ -79,7 +81,8 @@ def main() -> int:
     cfg = config_for("qkv", (H + 2 * KVH) * HD, D)
     for sub in ((1, 2) if "SUB" in _qkv_rope_kernel.arg_names else (1,)):
         const = dict(HD=HD, HAS_BIAS=False, HAS_QKNORM=False, IEEE=False, UPCAST=False, BLOCK_M=BLOCK_M, BLOCK_K=cfg.block_k,
-                     SUB=sub, PREFETCH_LINES=prefetch_lines(HD // 2 // sub * D * 2), ELEM_BYTES=2, USE_PDL=True, UNROLL_NORM=D, EARLY=True)
+                     SUB=sub, PREFETCH_LINES=prefetch_lines(HD // 2 // sub * D * 2), ELEM_BYTES=2, USE_PDL=True, UNROLL_NORM=D, EARLY=True,
+                     KSPLIT=cfg.k_split)
         out.append(compile_one(f"qkv_rope sub {sub}", _qkv_rope_kernel, qkv, const, cfg.num_warps, cfg.num_stages))
     att = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "start_ptr": "*i32", "end_ptr": "*i32", "fresh_ptr": "*i32",
            "out_ptr": "*fp32",

@@ -200,11 +200,13 @@ def attn_combine_tile(row, head, part_ptr, lse_ptr, out_ptr, H, n_splits, HD: tl
         d = tl.arange(0, HD)
     base = (row * H + head) * n_splits
     lse = tl.load(lse_ptr + base + s, mask=s < n_splits, other=float("-inf"), cache_modifier=CACHE)
+    # the partial outputs' load issued with the weights', before the weights' reduction (whose warp shuffles
+    # it would otherwise wait behind: two round trips to L2 instead of one)
+    part = tl.load(part_ptr + (base + s)[:, None] * HD + d[None, :], mask=(s < n_splits)[:, None], other=0.0,
+                   cache_modifier=CACHE)
     mx = tl.max(lse, axis=0)
     mx = tl.where(mx == float("-inf"), 0.0, mx)
     w = tl.exp2(lse - mx)
-    part = tl.load(part_ptr + (base + s)[:, None] * HD + d[None, :], mask=(s < n_splits)[:, None], other=0.0,
-                   cache_modifier=CACHE)
     num = tl.sum(part * w[:, None], axis=0)
     den = tl.sum(w, axis=0)
     out = num / tl.where(den > 0.0, den, 1.0)

@@ -61,10 +61,16 @@ def linear_prefetch(pid, w_ptr, up_ptr, N, K, SWIGLU: tl.constexpr, BLOCK_N: tl.
 
 
 @triton.jit
+def row_chunk(x_ptr, x_stride, rm, m_mask, kk, K, CACHE: tl.constexpr):
+    """x[:, kk] as float32 (0 past K and past the rows): one chunk of an RMSNorm's pass over x."""
+    return tl.load(x_ptr + rm[:, None] * x_stride + kk[None, :], mask=m_mask[:, None] & (kk[None, :] < K), other=0.0,
+                   cache_modifier=CACHE).to(tl.float32)
+
+
+@triton.jit
 def row_squares(x_ptr, x_stride, rm, m_mask, kk, K, CACHE: tl.constexpr):
     """Per row, the sum of squares of x[:, kk] (float32): one chunk of an RMSNorm's pass over x."""
-    xv = tl.load(x_ptr + rm[:, None] * x_stride + kk[None, :], mask=m_mask[:, None] & (kk[None, :] < K), other=0.0,
-                 cache_modifier=CACHE).to(tl.float32)
+    xv = row_chunk(x_ptr, x_stride, rm, m_mask, kk, K, CACHE)
     return tl.sum(xv * xv, axis=1)
 
 
@@ -78,8 +84,13 @@ def row_rstd(x_ptr, x_stride, rm, m_mask, K, eps, BLOCK_M: tl.constexpr, BLOCK_K
     rk = tl.arange(0, BLOCK_K)
     ss = tl.zeros([BLOCK_M], dtype=tl.float32)
     if UNROLL_NORM > 0:
+        # every chunk's load issued before the first chunk's reduction (whose warp shuffles the loads would
+        # otherwise wait behind, one chunk at a time), then the chunks reduced and added in order, as in the loop
+        xs = ()
         for k0 in tl.static_range(0, UNROLL_NORM, BLOCK_K):
-            ss += row_squares(x_ptr, x_stride, rm, m_mask, k0 + rk, K, CACHE)
+            xs = xs + (row_chunk(x_ptr, x_stride, rm, m_mask, k0 + rk, K, CACHE),)
+        for c in tl.static_range(len(xs)):
+            ss += tl.sum(xs[c] * xs[c], axis=1)
     else:
         for k0 in range(0, K, BLOCK_K):
             ss += row_squares(x_ptr, x_stride, rm, m_mask, k0 + rk, K, CACHE)
