@@ -20,6 +20,7 @@ the traced step is a little longer than the untraced one; both are printed. Rand
 bundled model's shape (speed does not depend on the values).
 
     python bench/kernel_phases.py [--contexts 4096] [--rows 1,7] [--replays 20] [--raw FILE] [--table JSON]
+    python bench/kernel_phases.py --compare BEFORE.jsonl AFTER.jsonl       (each role's phases, before -> after)
 """
 
 from __future__ import annotations
@@ -98,7 +99,22 @@ def resolution_ns(replay: list[list[list[int]]]) -> int:
     return min(diffs) if diffs else 0
 
 
+def compare(before: dict, after: dict) -> list[str]:
+    """Two runs' lines (the same context and rows) side by side: per role, each phase before -> after, µs."""
+    out = [f"ctx {after['ctx']} rows {after['rows']}: step {before['step_us']:.1f} -> {after['step_us']:.1f} us"]
+    for role, b in before["roles"].items():
+        a = after["roles"].get(role)
+        if a is not None:
+            out.append(f"  {role:8s} " + "  ".join(f"{p} {b[p]:.2f} -> {a[p]:.2f}" for p in PHASES))
+    return out
+
+
 def main() -> int:
+    if len(sys.argv) == 4 and sys.argv[1] == "--compare":  # two files of this script's lines
+        runs = [[json.loads(line) for line in Path(f).read_text().splitlines() if line.startswith("{")] for f in sys.argv[2:]]
+        for before, after in zip(*runs):
+            print("\n".join(compare(before, after)))
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--contexts", default="4096")
     ap.add_argument("--rows", default="1,7")

@@ -76,3 +76,12 @@ def test_without_a_tracer_the_kernels_get_no_stamps_and_the_cpu_cannot_trace():
     with pytest.raises(ValueError, match="CUDA"):
         with tracing(Tracer("cpu", launches=1, programs=1)):
             pass
+
+
+def test_compare_shows_each_roles_phases_before_and_after():
+    phases = {"release": 0.4, "input": 0.9, "product": 3.0, "tail": 0.4, "adds": 4.7}
+    before = {"ctx": 4096, "rows": 1, "step_us": 600.0, "roles": {"qkv": phases, "attn": phases}}
+    after = {"ctx": 4096, "rows": 1, "step_us": 580.0, "roles": {"qkv": dict(phases, product=2.5, adds=4.2)}}
+    lines = kernel_phases.compare(before, after)
+    assert lines[0] == "ctx 4096 rows 1: step 600.0 -> 580.0 us"
+    assert len(lines) == 2 and "product 3.00 -> 2.50" in lines[1] and "adds 4.70 -> 4.20" in lines[1]  # attn: not in after
