@@ -2,9 +2,11 @@
 launch (and, where the kernels have it, the L2 prefetch) on, in the bundled model's shapes and the launch configurations of
 kernels/tuning.py; prints, per kernel, how many prefetch and griddepcontrol instructions its PTX has.
 Catches what the CPU interpreter cannot see (PTX, inline assembly, shared memory) before a device call.
---trace: with the phase stamps of bench/kernel_phases.py compiled in (kernels.common.stamp).
+--trace: with the phase stamps of bench/kernel_phases.py compiled in (kernels.common.stamp); --no-prenorm: the
+norm kernels' walk normalising x in every step (DSPARK_PRENORM=0; by default their operand is prepared once,
+kernels.common.prenorm).
 
-    TRITON_INTERPRET=0 python bench/sm90_compile.py [--trace]
+    TRITON_INTERPRET=0 python bench/sm90_compile.py [--trace] [--no-prenorm]
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ TARGET = GPUTarget("cuda", 90, 32)
 DIV16 = {"x_stride", "res_stride", "out_stride", "N", "K", "KS", "cache_head_stride", "CAP", "D", "F", "V",
          "layer_cache_stride", "capture_slot_stride", "capture_row_stride"}
 TRACE = "--trace" in sys.argv
+PRENORM = "--no-prenorm" not in sys.argv
 
 
 def compile_one(name, fn, sig: dict, const: dict, num_warps: int, num_stages: int) -> dict:
@@ -44,6 +47,10 @@ def compile_one(name, fn, sig: dict, const: dict, num_warps: int, num_stages: in
         sig, const = dict(sig, trace_ptr="*i64"), dict(const, TRACE=TRACE)
     if "KS" in fn.arg_names:  # the K walk's slice length (tuning.k_slices), a multiple of 16
         sig = dict(sig, KS="i32")
+    if "xn_ptr" in fn.arg_names:  # the prepared operand's scratch: latency-bound kernels with an unrolled norm pass
+        sig = dict(sig, xn_ptr="*bf16")
+        const = dict(const, PRENORM=PRENORM and const.get("HAS_NORM", True) and const.get("UNROLL_NORM", 0) > 0
+                     and const.get("EARLY", False))
     sig = dict(sig, **{k: "constexpr" for k in const})
     # pointers 16-byte aligned, as the JIT specializes them at a launch with torch's allocations (vector loads)
     attrs = {(fn.arg_names.index(k),): [["tt.divisibility", 16]] for k, t in sig.items() if t.startswith("*") or k in DIV16}

@@ -87,6 +87,26 @@ def preload_on() -> bool:
     return os.environ.get("DSPARK_ATTN_PRELOAD", "1") != "0"
 
 
+# A kernel whose product starts with an RMSNorm (QKV, gate/up) may normalise x once, after its norm pass, into a
+# scratch of its own (each program [BLOCK_M, K] in the weights' dtype) and have the K walk read that operand as
+# it reads the weights (cp.async into shared memory) instead of loading x, scaling it and rounding it in every
+# step: the same values, so the same bits. Only where the pass is unrolled (its chunks, and the norm weights loaded
+# with them, are still in registers) and the kernel is latency-bound. DSPARK_PRENORM=0 turns it off (a measurement
+# switch; docs/perf.md, 2026-12-04 seventeenth session).
+@functools.cache
+def prenorm_env_on() -> bool:
+    return os.environ.get("DSPARK_PRENORM", "1") != "0"
+
+
+def prenorm(eligible: bool, programs: int, k: int, weight: torch.Tensor) -> torch.Tensor | None:
+    """The scratch of a launch whose walk reads a normalised operand (prenorm_env_on), or None."""
+    if not (eligible and prenorm_env_on() and latency_bound(weight.nbytes)):
+        return None
+    from kernels.fused_linear import BLOCK_M
+
+    return torch.empty((programs, BLOCK_M, k), dtype=weight.dtype, device=weight.device)
+
+
 def unroll_norm(k: int, block_k: int) -> int:
     """The UNROLL_NORM of a kernel whose norm pass is k long in steps of block_k: k, or 0 (a loop)."""
     return k if unroll_env_on() and -(-k // block_k) <= UNROLL_MAX_STEPS else 0

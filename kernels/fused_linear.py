@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 
 from kernels.common import (UPCAST_DOT, l2_prefetch, latency_bound, mma, mma3, pdl_args, pdl_start, prefetch_lines,
-                            prefetch_on, stamp, stamp_now, trace_args, unroll_norm)
+                            prefetch_on, prenorm, stamp, stamp_now, trace_args, unroll_norm)
 
 from kernels.rmsnorm import rmsnorm_reference
 from kernels.tuning import config_for, k_slices
@@ -76,39 +76,66 @@ def row_squares(x_ptr, x_stride, rm, m_mask, kk, K, CACHE: tl.constexpr):
 
 @triton.jit
 def row_rstd(x_ptr, x_stride, rm, m_mask, K, eps, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, CACHE: tl.constexpr,
-             UNROLL_NORM: tl.constexpr):
+             UNROLL_NORM: tl.constexpr, norm_ptr=None, xn_ptr=None, PRENORM: tl.constexpr = False):
     """Per row, RMSNorm's 1 / sqrt(mean(x^2) + eps) from one pass over x[:, :K], before the product.
     UNROLL_NORM = K (0: a loop): the pass unrolled, the same arithmetic in the same order, so every
     chunk's load can be in flight at once (a loop without a dot is not software-pipelined: each chunk
-    would wait for the one before)."""
+    would wait for the one before). PRENORM (unrolled only): x normalised and rounded as the product's operand,
+    (x * rstd * norm_weight) in the weights' dtype, stored at xn_ptr [BLOCK_M, K] (this program's scratch) from
+    the chunks still in registers, then a CTA barrier: the walk then reads its operand as it reads the weights
+    (prenorm_operand), the same values."""
     rk = tl.arange(0, BLOCK_K)
     ss = tl.zeros([BLOCK_M], dtype=tl.float32)
     if UNROLL_NORM > 0:
         # every chunk's load issued before the first chunk's reduction (whose warp shuffles the loads would
         # otherwise wait behind, one chunk at a time), then the chunks reduced and added in order, as in the loop
         xs = ()
+        nws = ()
         for k0 in tl.static_range(0, UNROLL_NORM, BLOCK_K):
             xs = xs + (row_chunk(x_ptr, x_stride, rm, m_mask, k0 + rk, K, CACHE),)
+            if PRENORM:  # the norm weights loaded with x: a load after the first store below could alias it, so
+                # the compiler would issue each chunk's load after the previous chunk's store, one round trip each
+                # (as [BLOCK_M, BLOCK_K], each row the same values: in x's layout, no exchange through shared memory)
+                kk2 = rm[:, None] * 0 + (k0 + rk)[None, :]
+                nws = nws + (tl.load(norm_ptr + kk2, mask=kk2 < K, other=0.0).to(tl.float32),)
         for c in tl.static_range(len(xs)):
             ss += tl.sum(xs[c] * xs[c], axis=1)
+        rstd = 1.0 / tl.sqrt(ss / K + eps)
+        if PRENORM:
+            for c in tl.static_range(len(xs)):
+                kk = c * BLOCK_K + rk
+                k_mask = kk < K
+                xn = (xs[c] * rstd[:, None] * nws[c]).to(xn_ptr.dtype.element_ty)
+                tl.store(xn_ptr + rm[:, None] * K + kk[None, :], xn, mask=m_mask[:, None] & k_mask[None, :])
+            tl.debug_barrier()
     else:
         for k0 in range(0, K, BLOCK_K):
             ss += row_squares(x_ptr, x_stride, rm, m_mask, k0 + rk, K, CACHE)
-    return 1.0 / tl.sqrt(ss / K + eps)
+        rstd = 1.0 / tl.sqrt(ss / K + eps)
+    return rstd
+
+
+@triton.jit
+def prenorm_operand(xn_ptr, rm, m_mask, kk, k_mask, K):
+    """The product's x operand at kk, as row_rstd(PRENORM) stored it (0 past K and past the rows)."""
+    return tl.load(xn_ptr + rm[:, None] * K + kk[None, :], mask=m_mask[:, None] & k_mask[None, :], other=0.0)
 
 
 @triton.jit
 def _linear_k_block(acc, acc_up, kk, x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, up_ptr, rn, n_mask, K,
                     HAS_NORM: tl.constexpr, SWIGLU: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
-                    CACHE: tl.constexpr):
+                    CACHE: tl.constexpr, xn_ptr=None, PRENORM: tl.constexpr = False):
     """One BLOCK_K step of the product's K walk."""
     k_mask = kk < K
-    xv = tl.load(x_ptr + rm[:, None] * x_stride + kk[None, :], mask=m_mask[:, None] & k_mask[None, :], other=0.0,
-                 cache_modifier=CACHE)
-    if HAS_NORM:
-        nw = tl.load(norm_ptr + kk, mask=k_mask, other=0.0).to(tl.float32)
-        xv = xv.to(tl.float32) * rstd[:, None] * nw[None, :]
-    a = xv.to(w_ptr.dtype.element_ty)
+    if PRENORM:
+        a = prenorm_operand(xn_ptr, rm, m_mask, kk, k_mask, K)
+    else:
+        xv = tl.load(x_ptr + rm[:, None] * x_stride + kk[None, :], mask=m_mask[:, None] & k_mask[None, :], other=0.0,
+                     cache_modifier=CACHE)
+        if HAS_NORM:
+            nw = tl.load(norm_ptr + kk, mask=k_mask, other=0.0).to(tl.float32)
+            xv = xv.to(tl.float32) * rstd[:, None] * nw[None, :]
+        a = xv.to(w_ptr.dtype.element_ty)
     w = tl.load(w_ptr + rn[:, None] * K + kk[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0)
     acc = mma(a, tl.trans(w), acc, IEEE, UPCAST)
     if SWIGLU:
@@ -118,26 +145,39 @@ def _linear_k_block(acc, acc_up, kk, x_ptr, x_stride, rm, m_mask, rstd, norm_ptr
 
 
 @triton.jit
-def _linear_walk_split(x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, up_ptr, rn, n_mask, K, KS,
-                       HAS_NORM: tl.constexpr, SWIGLU: tl.constexpr, UPCAST: tl.constexpr, CACHE: tl.constexpr,
-                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, KSPLIT: tl.constexpr):
-    """The product's K walk as KSPLIT slices of KS walked side by side (slice s: [s*KS, (s+1)*KS) of K, the
-    batch s of a 3-D product), then the slices' sums added in a fixed order. x's elements are normalised
-    and rounded exactly as in _linear_k_block."""
-    rs = tl.arange(0, KSPLIT)
-    rk = tl.arange(0, BLOCK_K)
-    acc = tl.zeros([KSPLIT, BLOCK_M, BLOCK_N], dtype=tl.float32)
-    acc_up = tl.zeros([KSPLIT, BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for k0 in range(0, KS, BLOCK_K):
-        kl = k0 + rk
-        kk = rs[:, None] * KS + kl[None, :]  # [KSPLIT, BLOCK_K]
-        k_mask = (kl[None, :] < KS) & (kk < K)
-        xv = tl.load(x_ptr + rm[None, :, None] * x_stride + kk[:, None, :], mask=m_mask[None, :, None] & k_mask[:, None, :],
-                     other=0.0, cache_modifier=CACHE)
+def slices_x_block(x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, xn_ptr, k0, K, KS, HAS_NORM: tl.constexpr,
+                   PRENORM: tl.constexpr, CACHE: tl.constexpr, BLOCK_K: tl.constexpr, KSPLIT: tl.constexpr):
+    """One step of a K walk in KSPLIT slices of KS: the step's positions kk [KSPLIT, BLOCK_K] (slice s from
+    s*KS + k0), their mask, and x there as the product's operand [KSPLIT, BLOCK_M, BLOCK_K]: read from the
+    prepared operand (PRENORM: what row_rstd stored) or loaded, normalised and rounded exactly as in
+    _linear_k_block (0 past K and past the rows)."""
+    kl = k0 + tl.arange(0, BLOCK_K)
+    kk = tl.arange(0, KSPLIT)[:, None] * KS + kl[None, :]
+    k_mask = (kl[None, :] < KS) & (kk < K)
+    mask = m_mask[None, :, None] & k_mask[:, None, :]
+    if PRENORM:
+        a = tl.load(xn_ptr + rm[None, :, None] * K + kk[:, None, :], mask=mask, other=0.0)
+    else:
+        xv = tl.load(x_ptr + rm[None, :, None] * x_stride + kk[:, None, :], mask=mask, other=0.0, cache_modifier=CACHE)
         if HAS_NORM:
             nw = tl.load(norm_ptr + kk, mask=k_mask, other=0.0).to(tl.float32)
             xv = xv.to(tl.float32) * rstd[None, :, None] * nw[:, None, :]
         a = xv.to(w_ptr.dtype.element_ty)
+    return kk, k_mask, a
+
+
+@triton.jit
+def _linear_walk_split(x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, up_ptr, rn, n_mask, K, KS,
+                       HAS_NORM: tl.constexpr, SWIGLU: tl.constexpr, UPCAST: tl.constexpr, CACHE: tl.constexpr,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, KSPLIT: tl.constexpr,
+                       xn_ptr=None, PRENORM: tl.constexpr = False):
+    """The product's K walk as KSPLIT slices of KS walked side by side (slice s: [s*KS, (s+1)*KS) of K, the
+    batch s of a 3-D product), then the slices' sums added in a fixed order."""
+    acc = tl.zeros([KSPLIT, BLOCK_M, BLOCK_N], dtype=tl.float32)
+    acc_up = tl.zeros([KSPLIT, BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k0 in range(0, KS, BLOCK_K):
+        kk, k_mask, a = slices_x_block(x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, xn_ptr, k0, K, KS, HAS_NORM,
+                                       PRENORM, CACHE, BLOCK_K, KSPLIT)
         w_mask = n_mask[None, None, :] & k_mask[:, :, None]
         w = tl.load(w_ptr + rn[None, None, :] * K + kk[:, :, None], mask=w_mask, other=0.0)  # [KSPLIT, BLOCK_K, BLOCK_N]
         acc = mma3(a, w, acc, UPCAST)
@@ -153,7 +193,7 @@ def linear_tile(
     HAS_NORM: tl.constexpr, SWIGLU: tl.constexpr, HAS_RES: tl.constexpr, HAS_BIAS: tl.constexpr,
     IEEE: tl.constexpr, UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     CACHE: tl.constexpr, UNROLL_NORM: tl.constexpr, EARLY: tl.constexpr, trace_ptr=None, TRACE: tl.constexpr = False,
-    KSPLIT: tl.constexpr = 1, KS=0,
+    KSPLIT: tl.constexpr = 1, KS=0, xn_ptr=None, PRENORM: tl.constexpr = False,
 ):
     """Output tile `pid` (BLOCK_N columns, every row) of the fused op, float32. CACHE is the load cache
     modifier of x and the residual: ".cg" (L2 only) where another program of the same launch wrote them
@@ -164,7 +204,8 @@ def linear_tile(
     left the previous main's after 6-84 tokens, KL 0.0002, as they did with the ungated version alone
     (docs/perf.md, 2026-12-02 fourth and sixth sessions). Within
     one build a row's result still never depends on how many rows share the step. TRACE: phase stamps 2
-    and 3 (common.stamp). KSPLIT > 1: the K walk in KSPLIT slices of KS (_linear_walk_split)."""
+    and 3 (common.stamp). KSPLIT > 1: the K walk in KSPLIT slices of KS (_linear_walk_split). PRENORM: x
+    normalised once into this program's scratch xn_ptr, the walk reading it (row_rstd)."""
     rm = tl.arange(0, BLOCK_M)
     rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
@@ -182,18 +223,18 @@ def linear_tile(
             bias = tl.load(bias_ptr + rn, mask=n_mask, other=0.0).to(tl.float32)
     rstd = tl.zeros([BLOCK_M], dtype=tl.float32)
     if HAS_NORM:
-        rstd = row_rstd(x_ptr, x_stride, rm, m_mask, K, eps, BLOCK_M, BLOCK_K, CACHE, UNROLL_NORM)
+        rstd = row_rstd(x_ptr, x_stride, rm, m_mask, K, eps, BLOCK_M, BLOCK_K, CACHE, UNROLL_NORM, norm_ptr, xn_ptr, PRENORM)
         if TRACE:
             stamp(trace_ptr, pid, 2, rstd)
     if KSPLIT > 1:
         acc, acc_up = _linear_walk_split(x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, up_ptr, rn, n_mask, K, KS,
-                                         HAS_NORM, SWIGLU, UPCAST, CACHE, BLOCK_M, BLOCK_N, BLOCK_K, KSPLIT)
+                                         HAS_NORM, SWIGLU, UPCAST, CACHE, BLOCK_M, BLOCK_N, BLOCK_K, KSPLIT, xn_ptr, PRENORM)
     else:
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         for k0 in range(0, K, BLOCK_K):
             acc, acc_up = _linear_k_block(acc, acc_up, k0 + rk, x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, up_ptr,
-                                          rn, n_mask, K, HAS_NORM, SWIGLU, IEEE, UPCAST, CACHE)
+                                          rn, n_mask, K, HAS_NORM, SWIGLU, IEEE, UPCAST, CACHE, xn_ptr, PRENORM)
     if TRACE:
         stamp(trace_ptr, pid, 3, acc + acc_up)
     if HAS_BIAS:
@@ -224,7 +265,7 @@ def _fused_linear_kernel(
     HAS_NORM: tl.constexpr, SWIGLU: tl.constexpr, HAS_RES: tl.constexpr, HAS_BIAS: tl.constexpr,
     IEEE: tl.constexpr, UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     PREFETCH_LINES: tl.constexpr, ELEM_BYTES: tl.constexpr, USE_PDL: tl.constexpr, UNROLL_NORM: tl.constexpr,
-    EARLY: tl.constexpr, trace_ptr, TRACE: tl.constexpr, KSPLIT: tl.constexpr, KS,
+    EARLY: tl.constexpr, trace_ptr, TRACE: tl.constexpr, KSPLIT: tl.constexpr, KS, xn_ptr, PRENORM: tl.constexpr,
 ):
     pid = tl.program_id(0)
     if TRACE:
@@ -236,7 +277,7 @@ def _fused_linear_kernel(
         stamp_now(trace_ptr, pid, 1)
     acc = linear_tile(pid, x_ptr, x_stride, norm_ptr, w_ptr, up_ptr, bias_ptr, res_ptr, res_stride, M, N, K, eps,
                       HAS_NORM, SWIGLU, HAS_RES, HAS_BIAS, IEEE, UPCAST, BLOCK_M, BLOCK_N, BLOCK_K, "", UNROLL_NORM, EARLY,
-                      trace_ptr, TRACE, KSPLIT, KS)
+                      trace_ptr, TRACE, KSPLIT, KS, xn_ptr + pid * BLOCK_M * K, PRENORM)
     store_tile(out_ptr, out_stride, acc, pid, M, N, BLOCK_M, BLOCK_N)
     if TRACE:
         stamp_now(trace_ptr, pid, 4)
@@ -271,6 +312,8 @@ def fused_linear_triton(
     lines = prefetch_lines(cfg.block_n * k * weight.element_size()) if prefetch_on(pdl, weight.nbytes * (2 if up_weight is not None else 1)) else 0
     grid = triton.cdiv(n, cfg.block_n)
     ksplit, ks = k_slices(cfg, k, weight.dtype)
+    unroll = unroll_norm(k, cfg.block_k)
+    pre = prenorm(norm_weight is not None and unroll > 0, grid, k, weight)
     _fused_linear_kernel[(grid,)](
         x, x.stride(0), norm_weight if norm_weight is not None else dummy, weight,
         up_weight if up_weight is not None else dummy, bias if bias is not None else dummy,
@@ -279,8 +322,9 @@ def fused_linear_triton(
         HAS_NORM=norm_weight is not None, SWIGLU=up_weight is not None, HAS_RES=residual is not None,
         HAS_BIAS=bias is not None, UPCAST=UPCAST_DOT, IEEE=weight.dtype == torch.float32,
         BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-        PREFETCH_LINES=lines, ELEM_BYTES=weight.element_size(), UNROLL_NORM=unroll_norm(k, cfg.block_k),
+        PREFETCH_LINES=lines, ELEM_BYTES=weight.element_size(), UNROLL_NORM=unroll,
         EARLY=latency_bound(weight.nbytes * (2 if up_weight is not None else 1)), **pdl,
-        KSPLIT=ksplit, KS=ks, **trace_args(kind, grid, out),
+        KSPLIT=ksplit, KS=ks, xn_ptr=pre if pre is not None else weight, PRENORM=pre is not None,
+        **trace_args(kind, grid, out),
     )
     return out

@@ -15,9 +15,9 @@ import triton
 import triton.language as tl
 
 from kernels.common import (UPCAST_DOT, l2_prefetch, latency_bound, mma, mma3, pdl_args, pdl_start, prefetch_lines,
-                            prefetch_on, stamp, stamp_now, trace_args, unroll_norm)
+                            prefetch_on, prenorm, stamp, stamp_now, trace_args, unroll_norm)
 
-from kernels.fused_linear import BLOCK_M, row_rstd
+from kernels.fused_linear import BLOCK_M, prenorm_operand, row_rstd, slices_x_block
 from kernels.prefill import rope_rotate
 from kernels.rmsnorm import rmsnorm_reference
 from kernels.tuning import config_for, k_slices
@@ -76,13 +76,16 @@ def qkv_prefetch(pid, w_ptr, K, HD: tl.constexpr, SUB: tl.constexpr, PREFETCH_LI
 
 @triton.jit
 def _qkv_k_block(acc1, acc2, kk, x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, row0, rh, K, HALF: tl.constexpr,
-                 IEEE: tl.constexpr, UPCAST: tl.constexpr, CACHE: tl.constexpr):
+                 IEEE: tl.constexpr, UPCAST: tl.constexpr, CACHE: tl.constexpr, xn_ptr=None, PRENORM: tl.constexpr = False):
     """One BLOCK_K step of the K walk: both rotate-half halves of a head."""
     k_mask = kk < K
-    xv = tl.load(x_ptr + rm[:, None] * x_stride + kk[None, :], mask=m_mask[:, None] & k_mask[None, :], other=0.0,
-                 cache_modifier=CACHE).to(tl.float32)
-    nw = tl.load(norm_ptr + kk, mask=k_mask, other=0.0).to(tl.float32)
-    a = (xv * rstd[:, None] * nw[None, :]).to(w_ptr.dtype.element_ty)
+    if PRENORM:
+        a = prenorm_operand(xn_ptr, rm, m_mask, kk, k_mask, K)
+    else:
+        xv = tl.load(x_ptr + rm[:, None] * x_stride + kk[None, :], mask=m_mask[:, None] & k_mask[None, :], other=0.0,
+                     cache_modifier=CACHE).to(tl.float32)
+        nw = tl.load(norm_ptr + kk, mask=k_mask, other=0.0).to(tl.float32)
+        a = (xv * rstd[:, None] * nw[None, :]).to(w_ptr.dtype.element_ty)
     w1 = tl.load(w_ptr + (row0 + rh)[:, None] * K + kk[None, :], mask=k_mask[None, :], other=0.0)
     w2 = tl.load(w_ptr + (row0 + HALF + rh)[:, None] * K + kk[None, :], mask=k_mask[None, :], other=0.0)
     return mma(a, tl.trans(w1), acc1, IEEE, UPCAST), mma(a, tl.trans(w2), acc2, IEEE, UPCAST)
@@ -91,20 +94,13 @@ def _qkv_k_block(acc1, acc2, kk, x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_
 @triton.jit
 def _qkv_walk_split(x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, row0, rh, K, KS, HALF: tl.constexpr,
                     UPCAST: tl.constexpr, CACHE: tl.constexpr, BLOCK_M: tl.constexpr, HB: tl.constexpr,
-                    BLOCK_K: tl.constexpr, KSPLIT: tl.constexpr):
+                    BLOCK_K: tl.constexpr, KSPLIT: tl.constexpr, xn_ptr=None, PRENORM: tl.constexpr = False):
     """Both halves' K walks as KSPLIT slices of KS side by side (fused_linear._linear_walk_split)."""
-    rs = tl.arange(0, KSPLIT)
-    rk = tl.arange(0, BLOCK_K)
     acc1 = tl.zeros([KSPLIT, BLOCK_M, HB], dtype=tl.float32)
     acc2 = tl.zeros([KSPLIT, BLOCK_M, HB], dtype=tl.float32)
     for k0 in range(0, KS, BLOCK_K):
-        kl = k0 + rk
-        kk = rs[:, None] * KS + kl[None, :]  # [KSPLIT, BLOCK_K]
-        k_mask = (kl[None, :] < KS) & (kk < K)
-        xv = tl.load(x_ptr + rm[None, :, None] * x_stride + kk[:, None, :], mask=m_mask[None, :, None] & k_mask[:, None, :],
-                     other=0.0, cache_modifier=CACHE).to(tl.float32)
-        nw = tl.load(norm_ptr + kk, mask=k_mask, other=0.0).to(tl.float32)
-        a = (xv * rstd[None, :, None] * nw[:, None, :]).to(w_ptr.dtype.element_ty)
+        kk, k_mask, a = slices_x_block(x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, xn_ptr, k0, K, KS, True, PRENORM,
+                                       CACHE, BLOCK_K, KSPLIT)
         w1 = tl.load(w_ptr + (row0 + rh)[None, None, :] * K + kk[:, :, None], mask=k_mask[:, :, None], other=0.0)
         w2 = tl.load(w_ptr + (row0 + HALF + rh)[None, None, :] * K + kk[:, :, None], mask=k_mask[:, :, None], other=0.0)
         acc1 = mma3(a, w1, acc1, UPCAST)
@@ -119,7 +115,8 @@ def qkv_rope_tile(
     M, K, eps, H, KVH,
     HD: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_QKNORM: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, SUB: tl.constexpr, CACHE: tl.constexpr, UNROLL_NORM: tl.constexpr,
-    EARLY: tl.constexpr, trace_ptr=None, TRACE: tl.constexpr = False, KSPLIT: tl.constexpr = 1, KS=0,
+    EARLY: tl.constexpr, trace_ptr=None, TRACE: tl.constexpr = False, KSPLIT: tl.constexpr = 1, KS=0, xn_ptr=None,
+    PRENORM: tl.constexpr = False,
 ):
     """Program `pid` = (head, part): SUB programs per head, part p owning the columns [p*HB, (p+1)*HB) of
     each rotate-half half (HB = HD/2/SUB), so RoPE's pairs (i, i + HD/2) stay in one program. CACHE: the
@@ -143,18 +140,18 @@ def qkv_rope_tile(
             b1 = tl.load(b_ptr + row0 + rh).to(tl.float32)
             b2 = tl.load(b_ptr + row0 + HALF + rh).to(tl.float32)
     # RMSNorm's rstd first, from one pass over x (see fused_linear.py for why not inside the K walk)
-    rstd = row_rstd(x_ptr, x_stride, rm, m_mask, K, eps, BLOCK_M, BLOCK_K, CACHE, UNROLL_NORM)
+    rstd = row_rstd(x_ptr, x_stride, rm, m_mask, K, eps, BLOCK_M, BLOCK_K, CACHE, UNROLL_NORM, norm_ptr, xn_ptr, PRENORM)
     if TRACE:
         stamp(trace_ptr, pid, 2, rstd)
     if KSPLIT > 1:
         acc1, acc2 = _qkv_walk_split(x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, row0, rh, K, KS, HALF, UPCAST, CACHE,
-                                     BLOCK_M, HB, BLOCK_K, KSPLIT)
+                                     BLOCK_M, HB, BLOCK_K, KSPLIT, xn_ptr, PRENORM)
     else:
         acc1 = tl.zeros([BLOCK_M, HB], dtype=tl.float32)
         acc2 = tl.zeros([BLOCK_M, HB], dtype=tl.float32)
         for k0 in range(0, K, BLOCK_K):
             acc1, acc2 = _qkv_k_block(acc1, acc2, k0 + rk, x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, row0, rh, K,
-                                      HALF, IEEE, UPCAST, CACHE)
+                                      HALF, IEEE, UPCAST, CACHE, xn_ptr, PRENORM)
     if TRACE:
         stamp(trace_ptr, pid, 3, acc1 + acc2)
     if HAS_BIAS:
@@ -207,7 +204,7 @@ def _qkv_rope_kernel(
     HD: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_QKNORM: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, SUB: tl.constexpr, PREFETCH_LINES: tl.constexpr,
     ELEM_BYTES: tl.constexpr, USE_PDL: tl.constexpr, UNROLL_NORM: tl.constexpr, EARLY: tl.constexpr,
-    trace_ptr, TRACE: tl.constexpr, KSPLIT: tl.constexpr, KS,
+    trace_ptr, TRACE: tl.constexpr, KSPLIT: tl.constexpr, KS, xn_ptr, PRENORM: tl.constexpr,
 ):
     pid = tl.program_id(0)
     if TRACE:
@@ -220,7 +217,7 @@ def _qkv_rope_kernel(
     qkv_rope_tile(pid, x_ptr, x_stride, norm_ptr, w_ptr, b_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr,
                   q_ptr, k_cache_ptr, v_cache_ptr, cache_head_stride, M, K, eps, H, KVH,
                   HD, HAS_BIAS, HAS_QKNORM, IEEE, UPCAST, BLOCK_M, BLOCK_K, SUB, "", UNROLL_NORM, EARLY, trace_ptr, TRACE,
-                  KSPLIT, KS)
+                  KSPLIT, KS, xn_ptr + pid * BLOCK_M * K, PRENORM)
     if TRACE:
         stamp_now(trace_ptr, pid, 4)
 
@@ -257,6 +254,8 @@ def qkv_rope_triton(
     lines = prefetch_lines((hd // 2 // sub) * k * wqkv.element_size()) if prefetch_on(pdl, wqkv.nbytes) else 0
     grid = (n_heads + 2 * n_kv_heads) * sub
     ksplit, ks = k_slices(cfg, k, wqkv.dtype)
+    unroll = unroll_norm(k, cfg.block_k)
+    pre = prenorm(unroll > 0, grid, k, wqkv)
     _qkv_rope_kernel[(grid,)](
         x, x.stride(0), norm_weight, wqkv, bqkv if bqkv is not None else wqkv,
         q_norm if q_norm is not None else norm_weight, k_norm if k_norm is not None else norm_weight,
@@ -264,7 +263,8 @@ def qkv_rope_triton(
         m, k, eps, n_heads, n_kv_heads,
         HD=hd, HAS_BIAS=bqkv is not None, HAS_QKNORM=q_norm is not None, UPCAST=UPCAST_DOT, IEEE=wqkv.dtype == torch.float32,
         BLOCK_M=BLOCK_M, BLOCK_K=cfg.block_k, SUB=sub, PREFETCH_LINES=lines, ELEM_BYTES=wqkv.element_size(),
-        UNROLL_NORM=unroll_norm(k, cfg.block_k), EARLY=latency_bound(wqkv.nbytes), KSPLIT=ksplit, KS=ks,
+        UNROLL_NORM=unroll, EARLY=latency_bound(wqkv.nbytes), KSPLIT=ksplit, KS=ks,
+        xn_ptr=pre if pre is not None else wqkv, PRENORM=pre is not None,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl, **trace_args("qkv", grid, q_out),
     )
     return q_out

@@ -291,14 +291,22 @@ def test_k_walk_in_slices_computes_the_product_and_keeps_rows_invariant(k_split,
     assert rel_err(together, want) < bound(torch.bfloat16)
 
 
-@pytest.mark.parametrize("k_split", [2, 4])
-def test_qkv_rope_with_the_k_walk_in_slices(k_split, gen):
+def bundled_qkv_case(gen):
+    """QKV in the bundled model's head layout (9 heads, 3 KV heads of 64) over a K of 200 (its last K steps
+    masked), 5 rows at random positions of a 37-slot cache: (heads, kv_heads, head_dim, rows, cap, x, norm
+    weight, Wqkv, cos, sin, positions)."""
     heads, kv_heads, head_dim, m, d, cap = 9, 3, 64, 5, 200, 37
     x = randn(m, d, g=gen)
     nw = randn(d, g=gen) * 0.1 + 1.0
     w = randn((heads + 2 * kv_heads) * head_dim, d, g=gen, dtype=torch.bfloat16, scale=d**-0.5)
     cos, sin = rope_tables(head_dim, 10000.0, RopeScaling(), cap, DEV)
     pos = torch.randperm(cap, generator=gen)[:m].to(DEV, torch.int32)
+    return heads, kv_heads, head_dim, m, cap, x, nw, w, cos, sin, pos
+
+
+@pytest.mark.parametrize("k_split", [2, 4])
+def test_qkv_rope_with_the_k_walk_in_slices(k_split, gen):
+    heads, kv_heads, head_dim, m, cap, x, nw, w, cos, sin, pos = bundled_qkv_case(gen)
     kc1, vc1 = (torch.zeros(kv_heads, cap, head_dim, dtype=torch.bfloat16, device=DEV) for _ in range(2))
     kc2, vc2 = kc1.clone(), vc1.clone()
     q1 = qkv_rope_reference(x, nw, w, None, None, None, cos, sin, pos.long(), kc1, vc1, heads, kv_heads, 1e-6)
@@ -318,6 +326,56 @@ def test_k_slices_are_aligned_and_checked():
     assert tuning.k_slices(tuning.LaunchConfig(k_split=4), 576, torch.float32) == (1, 576)
     with pytest.raises(ValueError, match="k_split"):
         tuning.k_slices(tuning.LaunchConfig(k_split=3), 576, torch.bfloat16)
+
+
+@pytest.fixture
+def prenorm_switch(monkeypatch):
+    """Sets DSPARK_PRENORM for the launches that follow (`prenorm_switch(False)`: the walk normalising each step)."""
+    from kernels import common
+
+    def switch(on: bool) -> None:
+        monkeypatch.setenv("DSPARK_PRENORM", "1" if on else "0")
+        common.prenorm_env_on.cache_clear()
+
+    yield switch
+    monkeypatch.delenv("DSPARK_PRENORM", raising=False)
+    common.prenorm_env_on.cache_clear()
+
+
+@pytest.mark.parametrize("k_split", [1, 4])
+@pytest.mark.parametrize("variant", ["norm", "swiglu"])
+def test_prenormalised_operand_gives_the_same_bits(variant, k_split, gen, prenorm_switch):
+    """DSPARK_PRENORM: x normalised once into the program's scratch and read back by the walk: the bits of
+    the walk that normalises each step (a K that is not a multiple of the step; 7 rows and 1)."""
+    m, k, n = 7, 200, 72
+    x = randn(m, k, g=gen)
+    w = randn(n, k, g=gen, dtype=torch.bfloat16, scale=k**-0.5)
+    kw = {"norm_weight": randn(k, g=gen) * 0.1 + 1.0}
+    if variant == "swiglu":
+        kw["up_weight"] = randn(n, k, g=gen, dtype=torch.bfloat16, scale=k**-0.5)
+    kind = "swiglu" if variant == "swiglu" else "linear"
+    with tuning.override(kind, block_k=64 // k_split * 2 if k_split > 1 else 64, k_split=k_split):
+        prenorm_switch(False)
+        plain = [fused_linear_triton(x[:r], w, out_dtype=torch.float32, **kw) for r in (7, 1)]
+        prenorm_switch(True)
+        pre = [fused_linear_triton(x[:r], w, out_dtype=torch.float32, **kw) for r in (7, 1)]
+    assert all(torch.equal(a, b) for a, b in zip(plain, pre))
+
+
+@pytest.mark.parametrize("k_split", [1, 4])
+def test_qkv_rope_with_a_prenormalised_operand_gives_the_same_bits(k_split, gen, prenorm_switch):
+    heads, kv_heads, head_dim, m, cap, x, nw, w, cos, sin, pos = bundled_qkv_case(gen)
+
+    def run():
+        kc, vc = (torch.zeros(kv_heads, cap, head_dim, dtype=torch.bfloat16, device=DEV) for _ in range(2))
+        return qkv_rope_triton(x, nw, w, None, None, None, cos, sin, pos, kc, vc, heads, kv_heads, 1e-6), kc, vc
+
+    with tuning.override("qkv", block_k=64 if k_split == 1 else 32, k_split=k_split):
+        prenorm_switch(False)
+        plain = run()
+        prenorm_switch(True)
+        pre = run()
+    assert all(torch.equal(a, b) for a, b in zip(plain, pre))
 
 
 @pytest.mark.parametrize("vocab", [1000, 5000, 49152])
