@@ -4,9 +4,10 @@ kernels/tuning.py; prints, per kernel, how many prefetch and griddepcontrol inst
 Catches what the CPU interpreter cannot see (PTX, inline assembly, shared memory) before a device call.
 --trace: with the phase stamps of bench/kernel_phases.py compiled in (kernels.common.stamp); --no-prenorm: the
 norm kernels' walk normalising x in every step (DSPARK_PRENORM=0; by default their operand is prepared once,
-kernels.common.prenorm).
+kernels.common.prenorm); --no-ahead: no norm prepared by x's producer (DSPARK_NORM_AHEAD=0; by default
+the o-proj and down-proj prepare gate/up's and QKV's, kernels.fused_linear.NormAhead).
 
-    TRITON_INTERPRET=0 python bench/sm90_compile.py [--trace] [--no-prenorm]
+    TRITON_INTERPRET=0 python bench/sm90_compile.py [--trace] [--no-prenorm] [--no-ahead]
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ DIV16 = {"x_stride", "res_stride", "out_stride", "N", "K", "KS", "cache_head_str
          "layer_cache_stride", "capture_slot_stride", "capture_row_stride"}
 TRACE = "--trace" in sys.argv
 PRENORM = "--no-prenorm" not in sys.argv
+AHEAD = "--no-ahead" not in sys.argv
 
 
 def compile_one(name, fn, sig: dict, const: dict, num_warps: int, num_stages: int) -> dict:
@@ -51,6 +53,13 @@ def compile_one(name, fn, sig: dict, const: dict, num_warps: int, num_stages: in
         sig = dict(sig, xn_ptr="*bf16")
         const = dict(const, PRENORM=PRENORM and const.get("HAS_NORM", True) and const.get("UNROLL_NORM", 0) > 0
                      and const.get("EARLY", False))
+    if "ss_ptr" in fn.arg_names:  # a norm prepared by x's producer (fused_linear.NormAhead), as the step launches them
+        consumer = AHEAD and const.get("HAS_NORM", True) and const.get("EARLY", False) and "AHEAD" not in const
+        sig = dict(sig, ss_ptr="*fp32", P="i32")
+        const = dict(const, BLOCK_P=64, AHEAD=consumer, PRENORM=const["PRENORM"] and not consumer)
+        if "AHEAD_OUT" in fn.arg_names:
+            sig = dict(sig, anw_ptr="*fp32", xw_out_ptr="*bf16", ss_out_ptr="*fp32")
+            const = dict(const, AHEAD_OUT=AHEAD and const.get("HAS_RES", False))
     sig = dict(sig, **{k: "constexpr" for k in const})
     # pointers 16-byte aligned, as the JIT specializes them at a launch with torch's allocations (vector loads)
     attrs = {(fn.arg_names.index(k),): [["tt.divisibility", 16]] for k, t in sig.items() if t.startswith("*") or k in DIV16}

@@ -20,9 +20,10 @@ import torch.nn.functional as F
 
 from engine.config import ModelConfig
 from engine.rope import rope_tables
+from kernels.common import norm_ahead
 from kernels.decode_attention import AttentionWorkspace, attention_reference, attention_triton, default_split
 from kernels.embedding import block_inputs_reference, block_inputs_triton, embedding_reference, embedding_triton
-from kernels.fused_linear import fused_linear_reference, fused_linear_triton
+from kernels.fused_linear import NormAhead, fused_linear_reference, fused_linear_triton
 from kernels.greedy_commit import greedy_commit_reference, greedy_commit_triton, rows_from_base_reference, rows_from_base_triton
 from kernels.persistent_step import PersistentBuffers, check_persistent, persistent_step_triton
 from kernels.qkv_rope import qkv_rope_reference, qkv_rope_triton
@@ -251,18 +252,25 @@ class Transformer:
             return
         pos = io.positions[:rows]
         x = ops.embedding(io.tokens[:rows], self.embed)
+        # each norm prepared by the kernel that writes its input (kernels.fused_linear.NormAhead) where it pays
+        ahead_qkv = triton_path and norm_ahead(self.layers[0].wqkv.nbytes)
+        ahead_ffn = triton_path and norm_ahead(self.layers[0].w_gate.nbytes * 2)
+        qkv_norm = None  # layer 0's input is the embedding's: its QKV normalises x itself
         for i, lw in enumerate(self.layers):
             kc, vc = cache.k[i, 0], cache.v[i, 0]
             q = ops.qkv_rope(x, lw.attn_norm, lw.wqkv, lw.bqkv, lw.q_norm, lw.k_norm, self.cos, self.sin,
-                             pos if triton_path else pos.long(), kc, vc, c.n_heads, c.n_kv_heads, c.norm_eps)
+                             pos if triton_path else pos.long(), kc, vc, c.n_heads, c.n_kv_heads, c.norm_eps, ahead=qkv_norm)
             a = ops.attention(q, kc, vc, io.kv_start[:rows], io.kv_end[:rows], io.workspace, fresh=pos)
-            x = ops.fused_linear(a, lw.wo, residual=x)
-            h = ops.fused_linear(x, lw.w_gate, norm_weight=lw.ffn_norm, eps=c.norm_eps, up_weight=lw.w_up, out_dtype=self.dtype)
+            ffn_norm = NormAhead(lw.ffn_norm, self.dtype) if ahead_ffn else None
+            x = ops.fused_linear(a, lw.wo, residual=x, ahead_out=ffn_norm)
+            h = ops.fused_linear(x, lw.w_gate, norm_weight=lw.ffn_norm, eps=c.norm_eps, up_weight=lw.w_up, out_dtype=self.dtype,
+                                 ahead=ffn_norm)
+            qkv_norm = NormAhead(self.layers[i + 1].attn_norm, self.dtype) if ahead_qkv and i + 1 < len(self.layers) else None
             slot = io.capture_slot.get(i)
             if slot is not None and triton_path:
-                x = ops.fused_linear(h, lw.w_down, residual=x, out=io.capture[slot, :rows])
+                x = ops.fused_linear(h, lw.w_down, residual=x, out=io.capture[slot, :rows], ahead_out=qkv_norm)
             else:
-                x = ops.fused_linear(h, lw.w_down, residual=x)
+                x = ops.fused_linear(h, lw.w_down, residual=x, ahead_out=qkv_norm)
                 if slot is not None:
                     io.capture[slot, :rows].copy_(x)
         if triton_path:

@@ -107,6 +107,22 @@ def prenorm(eligible: bool, programs: int, k: int, weight: torch.Tensor) -> torc
     return torch.empty((programs, BLOCK_M, k), dtype=weight.dtype, device=weight.device)
 
 
+# An RMSNorm may be prepared by the kernel that writes its input (kernels.fused_linear.NormAhead): the o-proj for
+# gate/up's norm, the down-proj for the next layer's QKV. The consumer then has no norm pass before its walk (its
+# rstd comes from the producer's sums, loaded while the walk runs) and reads x * norm_weight as it reads its
+# weights. The rounding differs from the consumer's own norm (rstd scales the product after the walk); each
+# row's arithmetic stays its own. Only where the consumer is latency-bound. DSPARK_NORM_AHEAD=0 turns it off (a
+# measurement switch; docs/perf.md, 2026-12-04 seventeenth session).
+@functools.cache
+def norm_ahead_env_on() -> bool:
+    return os.environ.get("DSPARK_NORM_AHEAD", "1") != "0"
+
+
+def norm_ahead(consumer_weight_bytes: int) -> bool:
+    """Whether the step prepares the norm of a kernel whose weights are this many bytes in its producer."""
+    return norm_ahead_env_on() and latency_bound(consumer_weight_bytes)
+
+
 def unroll_norm(k: int, block_k: int) -> int:
     """The UNROLL_NORM of a kernel whose norm pass is k long in steps of block_k: k, or 0 (a loop)."""
     return k if unroll_env_on() and -(-k // block_k) <= UNROLL_MAX_STEPS else 0

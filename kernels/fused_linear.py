@@ -23,6 +23,44 @@ from kernels.tuning import config_for, k_slices
 BLOCK_M = 16  # rows per launch; the step never has more than 8
 
 
+class NormAhead:
+    """An RMSNorm prepared by the kernel that writes its input (common.norm_ahead, DSPARK_NORM_AHEAD). The
+    producer of x (a linear with the residual add: the o-proj for gate/up's norm, the down-proj for the next
+    layer's QKV) also stores, from the values it writes, x * norm_weight rounded to `dtype` (`xw` [M, D]) and
+    each of its programs' per-row sum of squares (`ss` [M, programs]). The consumer's K walk reads xw as its
+    operand as it reads its weights, it adds the sums in a fixed order for rstd (loads that overlap the walk)
+    and scales its sums by rstd after the walk: rstd * (bf16(x * w) @ W^T) rather than
+    bf16(x * rstd * w) @ W^T, so the rounding differs from the norm done in the consumer. Every row's
+    arithmetic is its own, whatever the other rows (batch-invariant). Pass an empty one as `ahead_out` to the
+    producer, then the same one as `ahead` to the consumer (both fused_linear_* and qkv_rope_*)."""
+
+    def __init__(self, norm_weight: torch.Tensor, dtype: torch.dtype):
+        self.norm_weight = norm_weight
+        self.dtype = dtype
+        self.xw: torch.Tensor | None = None
+        self.ss: torch.Tensor | None = None
+
+    def fill_reference(self, y: torch.Tensor) -> None:
+        """The producer's part, from the values it wrote (y): one part of sums per row."""
+        yf = y.float()
+        self.xw = (yf * self.norm_weight.float()).to(self.dtype)
+        self.ss = yf.pow(2).sum(-1, keepdim=True)
+
+    def operand(self, x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """The consumer's check: this is x's norm, filled in by x's producer; returns xw."""
+        if norm_weight is not self.norm_weight:
+            raise ValueError("NormAhead: prepared for another norm weight than this kernel's")
+        if self.xw is None or self.ss is None:
+            raise ValueError("NormAhead: not filled in (pass it as ahead_out to the kernel that writes x first)")
+        if tuple(self.xw.shape) != tuple(x.shape) or self.xw.dtype != weight.dtype or self.ss.shape[0] != x.shape[0]:
+            raise ValueError(f"NormAhead: prepared for {tuple(self.xw.shape)} {self.xw.dtype}, this kernel reads "
+                             f"{tuple(x.shape)} with {weight.dtype} weights")
+        return self.xw
+
+    def rstd_reference(self, k: int, eps: float) -> torch.Tensor:
+        return 1.0 / torch.sqrt(self.ss.float().sum(-1) / k + eps)
+
+
 def fused_linear_reference(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -34,20 +72,33 @@ def fused_linear_reference(
     bias: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
     out_dtype: torch.dtype | None = None,
+    ahead: NormAhead | None = None,
+    ahead_out: NormAhead | None = None,
 ) -> torch.Tensor:
-    """Plain-torch definition of the fused op (also the CPU path); `out` as in fused_linear_triton."""
+    """Plain-torch definition of the fused op (also the CPU path); `out` as in fused_linear_triton. ahead:
+    x's norm prepared by its producer (NormAhead: the product of x * norm_weight, scaled by rstd after it);
+    ahead_out: prepare the next norm from this op's output."""
     cdt = weight.dtype
-    a = rmsnorm_reference(x, norm_weight, eps, out_dtype=cdt) if norm_weight is not None else x.to(cdt)
-    y = a.float() @ weight.float().t()
+    if ahead is not None:
+        a = ahead.operand(x, norm_weight, weight)
+        scale = ahead.rstd_reference(x.shape[-1], eps)[:, None]
+    else:
+        a = rmsnorm_reference(x, norm_weight, eps, out_dtype=cdt) if norm_weight is not None else x.to(cdt)
+        scale = 1.0
+    y = (a.float() @ weight.float().t()) * scale
     if bias is not None:
         y = y + bias.float()
     if up_weight is not None:
-        y = torch.nn.functional.silu(y) * (a.float() @ up_weight.float().t())
+        y = torch.nn.functional.silu(y) * ((a.float() @ up_weight.float().t()) * scale)
     if residual is not None:
         y = y + residual.float()
     if out is not None:
-        return out.copy_(y)
-    return y.to(out_dtype or (residual.dtype if residual is not None else x.dtype))
+        y = out.copy_(y)
+    else:
+        y = y.to(out_dtype or (residual.dtype if residual is not None else x.dtype))
+    if ahead_out is not None:
+        ahead_out.fill_reference(y)
+    return y
 
 
 @triton.jit
@@ -122,6 +173,34 @@ def prenorm_operand(xn_ptr, rm, m_mask, kk, k_mask, K):
 
 
 @triton.jit
+def ahead_sums(ss_ptr, rm, m_mask, P, BLOCK_P: tl.constexpr):
+    """The P sums of squares per row that x's producer stored (NormAhead) [BLOCK_M, BLOCK_P], 0 past P: loaded
+    before the K walk, added after it (ahead_rstd), so their round trip overlaps the walk."""
+    rp = tl.arange(0, BLOCK_P)
+    return tl.load(ss_ptr + rm[:, None] * P + rp[None, :], mask=m_mask[:, None] & (rp[None, :] < P), other=0.0)
+
+
+@triton.jit
+def ahead_rstd(sums, K, eps):
+    """Per row, rstd from ahead_sums' parts, added in a fixed order."""
+    return 1.0 / tl.sqrt(tl.sum(sums, axis=1) / K + eps)
+
+
+@triton.jit
+def ahead_store(v, nw, xw_ptr, ss_ptr, pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The producer's part of a NormAhead: from its tile of x as written (v, float32), x * nw rounded into
+    xw [M, N] and each row's sum of squares over the tile into ss [M, programs] at column pid."""
+    rm = tl.arange(0, BLOCK_M)
+    rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    m_mask = rm < M
+    n_mask = rn < N
+    v = tl.where(n_mask[None, :], v, 0.0)
+    tl.store(xw_ptr + rm[:, None] * N + rn[None, :], (v * nw[None, :]).to(xw_ptr.dtype.element_ty),
+             mask=m_mask[:, None] & n_mask[None, :])
+    tl.store(ss_ptr + rm * tl.num_programs(0) + pid, tl.sum(v * v, axis=1), mask=m_mask)
+
+
+@triton.jit
 def _linear_k_block(acc, acc_up, kk, x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, up_ptr, rn, n_mask, K,
                     HAS_NORM: tl.constexpr, SWIGLU: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
                     CACHE: tl.constexpr, xn_ptr=None, PRENORM: tl.constexpr = False):
@@ -193,7 +272,8 @@ def linear_tile(
     HAS_NORM: tl.constexpr, SWIGLU: tl.constexpr, HAS_RES: tl.constexpr, HAS_BIAS: tl.constexpr,
     IEEE: tl.constexpr, UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     CACHE: tl.constexpr, UNROLL_NORM: tl.constexpr, EARLY: tl.constexpr, trace_ptr=None, TRACE: tl.constexpr = False,
-    KSPLIT: tl.constexpr = 1, KS=0, xn_ptr=None, PRENORM: tl.constexpr = False,
+    KSPLIT: tl.constexpr = 1, KS=0, xn_ptr=None, PRENORM: tl.constexpr = False, ss_ptr=None, P=1,
+    BLOCK_P: tl.constexpr = 1, AHEAD: tl.constexpr = False,
 ):
     """Output tile `pid` (BLOCK_N columns, every row) of the fused op, float32. CACHE is the load cache
     modifier of x and the residual: ".cg" (L2 only) where another program of the same launch wrote them
@@ -205,7 +285,9 @@ def linear_tile(
     (docs/perf.md, 2026-12-02 fourth and sixth sessions). Within
     one build a row's result still never depends on how many rows share the step. TRACE: phase stamps 2
     and 3 (common.stamp). KSPLIT > 1: the K walk in KSPLIT slices of KS (_linear_walk_split). PRENORM: x
-    normalised once into this program's scratch xn_ptr, the walk reading it (row_rstd)."""
+    normalised once into this program's scratch xn_ptr, the walk reading it (row_rstd). AHEAD: x's norm
+    prepared by x's producer (NormAhead): the walk reads x * norm_weight from xn_ptr, rstd comes from the P
+    sums at ss_ptr and scales the product after the walk."""
     rm = tl.arange(0, BLOCK_M)
     rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
@@ -223,18 +305,27 @@ def linear_tile(
             bias = tl.load(bias_ptr + rn, mask=n_mask, other=0.0).to(tl.float32)
     rstd = tl.zeros([BLOCK_M], dtype=tl.float32)
     if HAS_NORM:
-        rstd = row_rstd(x_ptr, x_stride, rm, m_mask, K, eps, BLOCK_M, BLOCK_K, CACHE, UNROLL_NORM, norm_ptr, xn_ptr, PRENORM)
-        if TRACE:
-            stamp(trace_ptr, pid, 2, rstd)
+        if AHEAD:  # rstd after the walk (no stamp 2: the walk does not wait for it)
+            sums = ahead_sums(ss_ptr, rm, m_mask, P, BLOCK_P)
+        else:
+            rstd = row_rstd(x_ptr, x_stride, rm, m_mask, K, eps, BLOCK_M, BLOCK_K, CACHE, UNROLL_NORM, norm_ptr, xn_ptr,
+                            PRENORM)
+            if TRACE:
+                stamp(trace_ptr, pid, 2, rstd)
     if KSPLIT > 1:
         acc, acc_up = _linear_walk_split(x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, up_ptr, rn, n_mask, K, KS,
-                                         HAS_NORM, SWIGLU, UPCAST, CACHE, BLOCK_M, BLOCK_N, BLOCK_K, KSPLIT, xn_ptr, PRENORM)
+                                         HAS_NORM, SWIGLU, UPCAST, CACHE, BLOCK_M, BLOCK_N, BLOCK_K, KSPLIT, xn_ptr,
+                                         PRENORM or AHEAD)
     else:
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         for k0 in range(0, K, BLOCK_K):
             acc, acc_up = _linear_k_block(acc, acc_up, k0 + rk, x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, up_ptr,
-                                          rn, n_mask, K, HAS_NORM, SWIGLU, IEEE, UPCAST, CACHE, xn_ptr, PRENORM)
+                                          rn, n_mask, K, HAS_NORM, SWIGLU, IEEE, UPCAST, CACHE, xn_ptr, PRENORM or AHEAD)
+    if AHEAD:
+        rstd = ahead_rstd(sums, K, eps)
+        acc = acc * rstd[:, None]
+        acc_up = acc_up * rstd[:, None]
     if TRACE:
         stamp(trace_ptr, pid, 3, acc + acc_up)
     if HAS_BIAS:
@@ -266,19 +357,32 @@ def _fused_linear_kernel(
     IEEE: tl.constexpr, UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     PREFETCH_LINES: tl.constexpr, ELEM_BYTES: tl.constexpr, USE_PDL: tl.constexpr, UNROLL_NORM: tl.constexpr,
     EARLY: tl.constexpr, trace_ptr, TRACE: tl.constexpr, KSPLIT: tl.constexpr, KS, xn_ptr, PRENORM: tl.constexpr,
+    ss_ptr, P, BLOCK_P: tl.constexpr, AHEAD: tl.constexpr, anw_ptr, xw_out_ptr, ss_out_ptr, AHEAD_OUT: tl.constexpr,
 ):
+    """AHEAD: x's norm prepared by its producer (xn_ptr, ss_ptr, P: NormAhead); AHEAD_OUT: this launch prepares
+    the next norm (weight anw_ptr) from its output into xw_out_ptr, ss_out_ptr."""
     pid = tl.program_id(0)
     if TRACE:
         stamp_now(trace_ptr, pid, 0)
     if PREFETCH_LINES > 0:
         linear_prefetch(pid, w_ptr, up_ptr, N, K, SWIGLU, BLOCK_N, PREFETCH_LINES, ELEM_BYTES, USE_PDL)
+    if AHEAD_OUT:  # a weight no kernel writes: loaded before the wait
+        rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+        anw = tl.load(anw_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)
     pdl_start(USE_PDL)
     if TRACE:
         stamp_now(trace_ptr, pid, 1)
+    if AHEAD:
+        xp = xn_ptr  # the producer's operand, shared by every program
+    else:
+        xp = xn_ptr + pid * BLOCK_M * K  # this program's scratch (PRENORM)
     acc = linear_tile(pid, x_ptr, x_stride, norm_ptr, w_ptr, up_ptr, bias_ptr, res_ptr, res_stride, M, N, K, eps,
                       HAS_NORM, SWIGLU, HAS_RES, HAS_BIAS, IEEE, UPCAST, BLOCK_M, BLOCK_N, BLOCK_K, "", UNROLL_NORM, EARLY,
-                      trace_ptr, TRACE, KSPLIT, KS, xn_ptr + pid * BLOCK_M * K, PRENORM)
+                      trace_ptr, TRACE, KSPLIT, KS, xp, PRENORM, ss_ptr, P, BLOCK_P, AHEAD)
     store_tile(out_ptr, out_stride, acc, pid, M, N, BLOCK_M, BLOCK_N)
+    if AHEAD_OUT:
+        ahead_store(acc.to(out_ptr.dtype.element_ty).to(tl.float32), anw, xw_out_ptr, ss_out_ptr, pid, M, N, BLOCK_M,
+                    BLOCK_N)
     if TRACE:
         stamp_now(trace_ptr, pid, 4)
 
@@ -295,7 +399,11 @@ def fused_linear_triton(
     out: torch.Tensor | None = None,
     out_dtype: torch.dtype | None = None,
     kind: str | None = None,
+    ahead: NormAhead | None = None,
+    ahead_out: NormAhead | None = None,
 ) -> torch.Tensor:
+    """ahead: x's norm prepared by the launch that wrote x (NormAhead); ahead_out: prepare the next norm from
+    this launch's output (a linear with a residual)."""
     m, k = x.shape
     n = weight.shape[0]
     if m > BLOCK_M:
@@ -313,7 +421,16 @@ def fused_linear_triton(
     grid = triton.cdiv(n, cfg.block_n)
     ksplit, ks = k_slices(cfg, k, weight.dtype)
     unroll = unroll_norm(k, cfg.block_k)
-    pre = prenorm(norm_weight is not None and unroll > 0, grid, k, weight)
+    if ahead is not None:
+        xn = ahead.operand(x, norm_weight, weight)
+    else:
+        xn = prenorm(norm_weight is not None and unroll > 0, grid, k, weight)
+    if ahead_out is not None:
+        if residual is None:
+            raise ValueError("fused_linear: ahead_out needs the residual add (the launch that writes x)")
+        ahead_out.xw = torch.empty((m, n), dtype=ahead_out.dtype, device=x.device)
+        ahead_out.ss = torch.empty((m, grid), dtype=torch.float32, device=x.device)
+    parts = ahead.ss.shape[1] if ahead is not None else 1
     _fused_linear_kernel[(grid,)](
         x, x.stride(0), norm_weight if norm_weight is not None else dummy, weight,
         up_weight if up_weight is not None else dummy, bias if bias is not None else dummy,
@@ -324,7 +441,11 @@ def fused_linear_triton(
         BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         PREFETCH_LINES=lines, ELEM_BYTES=weight.element_size(), UNROLL_NORM=unroll,
         EARLY=latency_bound(weight.nbytes * (2 if up_weight is not None else 1)), **pdl,
-        KSPLIT=ksplit, KS=ks, xn_ptr=pre if pre is not None else weight, PRENORM=pre is not None,
+        KSPLIT=ksplit, KS=ks, xn_ptr=xn if xn is not None else weight, PRENORM=ahead is None and xn is not None,
+        ss_ptr=ahead.ss if ahead is not None else out, P=parts, BLOCK_P=triton.next_power_of_2(parts),
+        AHEAD=ahead is not None, anw_ptr=ahead_out.norm_weight if ahead_out is not None else dummy,
+        xw_out_ptr=ahead_out.xw if ahead_out is not None else dummy,
+        ss_out_ptr=ahead_out.ss if ahead_out is not None else out, AHEAD_OUT=ahead_out is not None,
         **trace_args(kind, grid, out),
     )
     return out

@@ -17,7 +17,7 @@ import triton.language as tl
 from kernels.common import (UPCAST_DOT, l2_prefetch, latency_bound, mma, mma3, pdl_args, pdl_start, prefetch_lines,
                             prefetch_on, prenorm, stamp, stamp_now, trace_args, unroll_norm)
 
-from kernels.fused_linear import BLOCK_M, prenorm_operand, row_rstd, slices_x_block
+from kernels.fused_linear import BLOCK_M, NormAhead, ahead_rstd, ahead_sums, prenorm_operand, row_rstd, slices_x_block
 from kernels.prefill import rope_rotate
 from kernels.rmsnorm import rmsnorm_reference
 from kernels.tuning import config_for, k_slices
@@ -38,13 +38,17 @@ def qkv_rope_reference(
     n_heads: int,
     n_kv_heads: int,
     eps: float,
+    ahead: NormAhead | None = None,
 ) -> torch.Tensor:
-    """Returns q [M, n_heads, head_dim] (float32 math, cast to the cache dtype); writes k/v rows."""
+    """Returns q [M, n_heads, head_dim] (float32 math, cast to the cache dtype); writes k/v rows. ahead: x's
+    norm prepared by x's producer (fused_linear.NormAhead)."""
     m = x.shape[0]
     hd = k_cache.shape[-1]
     cdt = wqkv.dtype
-    a = rmsnorm_reference(x, norm_weight, eps, out_dtype=cdt)
-    y = a.float() @ wqkv.float().t()
+    if ahead is not None:
+        y = (ahead.operand(x, norm_weight, wqkv).float() @ wqkv.float().t()) * ahead.rstd_reference(x.shape[-1], eps)[:, None]
+    else:
+        y = rmsnorm_reference(x, norm_weight, eps, out_dtype=cdt).float() @ wqkv.float().t()
     if bqkv is not None:
         y = y + bqkv.float()
     q = y[:, : n_heads * hd].reshape(m, n_heads, hd)
@@ -116,13 +120,14 @@ def qkv_rope_tile(
     HD: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_QKNORM: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, SUB: tl.constexpr, CACHE: tl.constexpr, UNROLL_NORM: tl.constexpr,
     EARLY: tl.constexpr, trace_ptr=None, TRACE: tl.constexpr = False, KSPLIT: tl.constexpr = 1, KS=0, xn_ptr=None,
-    PRENORM: tl.constexpr = False,
+    PRENORM: tl.constexpr = False, ss_ptr=None, P=1, BLOCK_P: tl.constexpr = 1, AHEAD: tl.constexpr = False,
 ):
     """Program `pid` = (head, part): SUB programs per head, part p owning the columns [p*HB, (p+1)*HB) of
     each rotate-half half (HB = HD/2/SUB), so RoPE's pairs (i, i + HD/2) stay in one program. CACHE: the
     load cache modifier of x, UNROLL_NORM the norm's pass unrolled or not, EARLY the positions, RoPE angles
     and bias loaded before the K walk (see fused_linear.linear_tile). TRACE: phase stamps 2 and 3
-    (common.stamp). KSPLIT > 1: the K walk in KSPLIT slices of KS (_qkv_walk_split)."""
+    (common.stamp). KSPLIT > 1: the K walk in KSPLIT slices of KS (_qkv_walk_split). PRENORM, AHEAD: x's
+    operand prepared by this program or by x's producer (fused_linear.linear_tile)."""
     HALF: tl.constexpr = HD // 2
     HB: tl.constexpr = HALF // SUB
     head = pid // SUB
@@ -140,18 +145,27 @@ def qkv_rope_tile(
             b1 = tl.load(b_ptr + row0 + rh).to(tl.float32)
             b2 = tl.load(b_ptr + row0 + HALF + rh).to(tl.float32)
     # RMSNorm's rstd first, from one pass over x (see fused_linear.py for why not inside the K walk)
-    rstd = row_rstd(x_ptr, x_stride, rm, m_mask, K, eps, BLOCK_M, BLOCK_K, CACHE, UNROLL_NORM, norm_ptr, xn_ptr, PRENORM)
-    if TRACE:
-        stamp(trace_ptr, pid, 2, rstd)
+    rstd = tl.zeros([BLOCK_M], dtype=tl.float32)
+    if AHEAD:  # rstd after the walk (no stamp 2: the walk does not wait for it)
+        sums = ahead_sums(ss_ptr, rm, m_mask, P, BLOCK_P)
+    else:
+        rstd = row_rstd(x_ptr, x_stride, rm, m_mask, K, eps, BLOCK_M, BLOCK_K, CACHE, UNROLL_NORM, norm_ptr, xn_ptr,
+                        PRENORM)
+        if TRACE:
+            stamp(trace_ptr, pid, 2, rstd)
     if KSPLIT > 1:
         acc1, acc2 = _qkv_walk_split(x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, row0, rh, K, KS, HALF, UPCAST, CACHE,
-                                     BLOCK_M, HB, BLOCK_K, KSPLIT, xn_ptr, PRENORM)
+                                     BLOCK_M, HB, BLOCK_K, KSPLIT, xn_ptr, PRENORM or AHEAD)
     else:
         acc1 = tl.zeros([BLOCK_M, HB], dtype=tl.float32)
         acc2 = tl.zeros([BLOCK_M, HB], dtype=tl.float32)
         for k0 in range(0, K, BLOCK_K):
             acc1, acc2 = _qkv_k_block(acc1, acc2, k0 + rk, x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, row0, rh, K,
-                                      HALF, IEEE, UPCAST, CACHE, xn_ptr, PRENORM)
+                                      HALF, IEEE, UPCAST, CACHE, xn_ptr, PRENORM or AHEAD)
+    if AHEAD:
+        rstd = ahead_rstd(sums, K, eps)
+        acc1 = acc1 * rstd[:, None]
+        acc2 = acc2 * rstd[:, None]
     if TRACE:
         stamp(trace_ptr, pid, 3, acc1 + acc2)
     if HAS_BIAS:
@@ -204,7 +218,8 @@ def _qkv_rope_kernel(
     HD: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_QKNORM: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, SUB: tl.constexpr, PREFETCH_LINES: tl.constexpr,
     ELEM_BYTES: tl.constexpr, USE_PDL: tl.constexpr, UNROLL_NORM: tl.constexpr, EARLY: tl.constexpr,
-    trace_ptr, TRACE: tl.constexpr, KSPLIT: tl.constexpr, KS, xn_ptr, PRENORM: tl.constexpr,
+    trace_ptr, TRACE: tl.constexpr, KSPLIT: tl.constexpr, KS, xn_ptr, PRENORM: tl.constexpr, ss_ptr, P,
+    BLOCK_P: tl.constexpr, AHEAD: tl.constexpr,
 ):
     pid = tl.program_id(0)
     if TRACE:
@@ -214,10 +229,14 @@ def _qkv_rope_kernel(
     pdl_start(USE_PDL)
     if TRACE:
         stamp_now(trace_ptr, pid, 1)
+    if AHEAD:
+        xp = xn_ptr  # the producer's operand, shared by every program
+    else:
+        xp = xn_ptr + pid * BLOCK_M * K  # this program's scratch (PRENORM)
     qkv_rope_tile(pid, x_ptr, x_stride, norm_ptr, w_ptr, b_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr,
                   q_ptr, k_cache_ptr, v_cache_ptr, cache_head_stride, M, K, eps, H, KVH,
                   HD, HAS_BIAS, HAS_QKNORM, IEEE, UPCAST, BLOCK_M, BLOCK_K, SUB, "", UNROLL_NORM, EARLY, trace_ptr, TRACE,
-                  KSPLIT, KS, xn_ptr + pid * BLOCK_M * K, PRENORM)
+                  KSPLIT, KS, xp, PRENORM, ss_ptr, P, BLOCK_P, AHEAD)
     if TRACE:
         stamp_now(trace_ptr, pid, 4)
 
@@ -238,7 +257,9 @@ def qkv_rope_triton(
     n_kv_heads: int,
     eps: float,
     q_out: torch.Tensor | None = None,
+    ahead: NormAhead | None = None,
 ) -> torch.Tensor:
+    """ahead: x's norm prepared by the launch that wrote x (fused_linear.NormAhead)."""
     m, k = x.shape
     hd = k_cache.shape[-1]
     if m > BLOCK_M:
@@ -255,7 +276,8 @@ def qkv_rope_triton(
     grid = (n_heads + 2 * n_kv_heads) * sub
     ksplit, ks = k_slices(cfg, k, wqkv.dtype)
     unroll = unroll_norm(k, cfg.block_k)
-    pre = prenorm(unroll > 0, grid, k, wqkv)
+    xn = ahead.operand(x, norm_weight, wqkv) if ahead is not None else prenorm(unroll > 0, grid, k, wqkv)
+    parts = ahead.ss.shape[1] if ahead is not None else 1
     _qkv_rope_kernel[(grid,)](
         x, x.stride(0), norm_weight, wqkv, bqkv if bqkv is not None else wqkv,
         q_norm if q_norm is not None else norm_weight, k_norm if k_norm is not None else norm_weight,
@@ -264,7 +286,9 @@ def qkv_rope_triton(
         HD=hd, HAS_BIAS=bqkv is not None, HAS_QKNORM=q_norm is not None, UPCAST=UPCAST_DOT, IEEE=wqkv.dtype == torch.float32,
         BLOCK_M=BLOCK_M, BLOCK_K=cfg.block_k, SUB=sub, PREFETCH_LINES=lines, ELEM_BYTES=wqkv.element_size(),
         UNROLL_NORM=unroll, EARLY=latency_bound(wqkv.nbytes), KSPLIT=ksplit, KS=ks,
-        xn_ptr=pre if pre is not None else wqkv, PRENORM=pre is not None,
+        xn_ptr=xn if xn is not None else wqkv, PRENORM=ahead is None and xn is not None,
+        ss_ptr=ahead.ss if ahead is not None else q_out, P=parts, BLOCK_P=triton.next_power_of_2(parts),
+        AHEAD=ahead is not None,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl, **trace_args("qkv", grid, q_out),
     )
     return q_out

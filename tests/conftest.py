@@ -66,6 +66,26 @@ def _patch_the_interpreter_once_per_launch() -> None:
 _patch_the_interpreter_once_per_launch()
 
 
+@pytest.fixture
+def kernel_switch(monkeypatch):
+    """`kernel_switch("DSPARK_X", on)`: one of kernels/common.py's switches (an environment variable read through
+    a cached function) for the launches that follow; every switch is back to its default after the test."""
+    from kernels import common
+
+    def clear() -> None:
+        for f in vars(common).values():
+            if callable(getattr(f, "cache_clear", None)):
+                f.cache_clear()
+
+    def switch(var: str, on: bool) -> None:
+        monkeypatch.setenv(var, "1" if on else "0")
+        clear()
+
+    yield switch
+    monkeypatch.undo()
+    clear()
+
+
 @pytest.fixture(scope="session")
 def bundled():
     """The bundled SmolLM2 GGUF as a LoadedModel (downloaded into the model cache on first use)."""

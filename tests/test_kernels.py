@@ -11,7 +11,7 @@ from engine.config import RopeScaling
 from engine.rope import rope_tables
 from kernels.decode_attention import MAX_SPLITS, AttentionWorkspace, attention_reference, attention_triton, default_split
 from kernels.embedding import block_inputs_reference, block_inputs_triton, embedding_reference, embedding_triton
-from kernels.fused_linear import fused_linear_reference, fused_linear_triton
+from kernels.fused_linear import NormAhead, fused_linear_reference, fused_linear_triton
 from kernels.greedy_commit import (greedy_commit_reference, greedy_commit_triton, rows_from_base_reference,
                                    rows_from_base_triton)
 from kernels.qkv_rope import qkv_rope_reference, qkv_rope_triton
@@ -328,23 +328,9 @@ def test_k_slices_are_aligned_and_checked():
         tuning.k_slices(tuning.LaunchConfig(k_split=3), 576, torch.bfloat16)
 
 
-@pytest.fixture
-def prenorm_switch(monkeypatch):
-    """Sets DSPARK_PRENORM for the launches that follow (`prenorm_switch(False)`: the walk normalising each step)."""
-    from kernels import common
-
-    def switch(on: bool) -> None:
-        monkeypatch.setenv("DSPARK_PRENORM", "1" if on else "0")
-        common.prenorm_env_on.cache_clear()
-
-    yield switch
-    monkeypatch.delenv("DSPARK_PRENORM", raising=False)
-    common.prenorm_env_on.cache_clear()
-
-
 @pytest.mark.parametrize("k_split", [1, 4])
 @pytest.mark.parametrize("variant", ["norm", "swiglu"])
-def test_prenormalised_operand_gives_the_same_bits(variant, k_split, gen, prenorm_switch):
+def test_prenormalised_operand_gives_the_same_bits(variant, k_split, gen, kernel_switch):
     """DSPARK_PRENORM: x normalised once into the program's scratch and read back by the walk: the bits of
     the walk that normalises each step (a K that is not a multiple of the step; 7 rows and 1)."""
     m, k, n = 7, 200, 72
@@ -355,15 +341,15 @@ def test_prenormalised_operand_gives_the_same_bits(variant, k_split, gen, prenor
         kw["up_weight"] = randn(n, k, g=gen, dtype=torch.bfloat16, scale=k**-0.5)
     kind = "swiglu" if variant == "swiglu" else "linear"
     with tuning.override(kind, block_k=64 // k_split * 2 if k_split > 1 else 64, k_split=k_split):
-        prenorm_switch(False)
+        kernel_switch("DSPARK_PRENORM", False)
         plain = [fused_linear_triton(x[:r], w, out_dtype=torch.float32, **kw) for r in (7, 1)]
-        prenorm_switch(True)
+        kernel_switch("DSPARK_PRENORM", True)
         pre = [fused_linear_triton(x[:r], w, out_dtype=torch.float32, **kw) for r in (7, 1)]
     assert all(torch.equal(a, b) for a, b in zip(plain, pre))
 
 
 @pytest.mark.parametrize("k_split", [1, 4])
-def test_qkv_rope_with_a_prenormalised_operand_gives_the_same_bits(k_split, gen, prenorm_switch):
+def test_qkv_rope_with_a_prenormalised_operand_gives_the_same_bits(k_split, gen, kernel_switch):
     heads, kv_heads, head_dim, m, cap, x, nw, w, cos, sin, pos = bundled_qkv_case(gen)
 
     def run():
@@ -371,11 +357,95 @@ def test_qkv_rope_with_a_prenormalised_operand_gives_the_same_bits(k_split, gen,
         return qkv_rope_triton(x, nw, w, None, None, None, cos, sin, pos, kc, vc, heads, kv_heads, 1e-6), kc, vc
 
     with tuning.override("qkv", block_k=64 if k_split == 1 else 32, k_split=k_split):
-        prenorm_switch(False)
+        kernel_switch("DSPARK_PRENORM", False)
         plain = run()
-        prenorm_switch(True)
+        kernel_switch("DSPARK_PRENORM", True)
         pre = run()
     assert all(torch.equal(a, b) for a, b in zip(plain, pre))
+
+
+def produce_ahead(h, wo, res, nw, rows, k_split=1):
+    """An o-proj-like producer (a residual add) of `rows` rows that prepares the next norm: (its output, the
+    NormAhead), and the same launch without it."""
+    ahead = NormAhead(nw, torch.bfloat16)
+    with tuning.override("linear", block_k=32, k_split=k_split):
+        out = fused_linear_triton(h[:rows], wo, residual=res[:rows], ahead_out=ahead)
+        plain = fused_linear_triton(h[:rows], wo, residual=res[:rows])
+    return out, ahead, plain
+
+
+@pytest.mark.parametrize("k_split", [1, 4])
+@pytest.mark.parametrize("variant", ["norm", "swiglu"])
+def test_a_norm_prepared_by_the_producer(variant, k_split, gen):
+    """fused_linear.NormAhead: the producer writes the same x as without it, plus x * w rounded and its programs'
+    sums of squares; the consumer's product then matches the norm-late reference and the plain norm within
+    bf16 rounding, a row alone gives the bits it gives beside six others, and the producer's parts sum to x's
+    squares (several programs: N 200 in 16-column tiles)."""
+    m, d, k_in, n = 7, 200, 96, 72
+    h = randn(m, k_in, g=gen)
+    wo = randn(d, k_in, g=gen, dtype=torch.bfloat16, scale=k_in**-0.5)
+    res = randn(m, d, g=gen)
+    nw = randn(d, g=gen) * 0.1 + 1.0
+    w = randn(n, d, g=gen, dtype=torch.bfloat16, scale=d**-0.5)
+    kw = {"norm_weight": nw, "eps": 1e-6}
+    if variant == "swiglu":
+        kw["up_weight"] = randn(n, d, g=gen, dtype=torch.bfloat16, scale=d**-0.5)
+    kind = "swiglu" if variant == "swiglu" else "linear"
+    x, ahead, plain = produce_ahead(h, wo, res, nw, m)
+    assert torch.equal(x, plain)
+    assert ahead.ss.shape[0] == m and ahead.ss.shape[1] > 1
+    assert torch.allclose(ahead.ss.sum(-1), x.pow(2).sum(-1), rtol=1e-5)
+    assert ahead.xw.dtype == torch.bfloat16  # x * w rounded (to nearest on the GPU; the interpreter truncates)
+    assert torch.allclose(ahead.xw.float(), x * nw, rtol=2**-7, atol=0)
+    with tuning.override(kind, block_k=64 // k_split * 2 if k_split > 1 else 64, k_split=k_split):
+        got = fused_linear_triton(x, w, out_dtype=torch.float32, ahead=ahead, **kw)
+        for r in (0, 3, 6):
+            x1, a1, _ = produce_ahead(h[r : r + 1], wo, res[r : r + 1], nw, 1)
+            assert torch.equal(fused_linear_triton(x1, w, out_dtype=torch.float32, ahead=a1, **kw)[0], got[r])
+    late = fused_linear_reference(x, w, out_dtype=torch.float32, ahead=ahead, **kw)  # the same operand, in torch
+    assert rel_err(got, late) < 1e-5
+    assert rel_err(got, fused_linear_reference(x, w, out_dtype=torch.float32, **kw)) < bound(torch.bfloat16)
+
+
+def test_qkv_rope_with_a_norm_prepared_by_the_producer(gen):
+    heads, kv_heads, head_dim, m, cap, _, nw, w, cos, sin, pos = bundled_qkv_case(gen)
+    d = nw.shape[0]
+    h, res = randn(m, 64, g=gen), randn(m, d, g=gen)
+    wo = randn(d, 64, g=gen, dtype=torch.bfloat16, scale=64**-0.5)
+
+    def run(x, ahead, p):
+        kc, vc = (torch.zeros(kv_heads, cap, head_dim, dtype=torch.bfloat16, device=DEV) for _ in range(2))
+        fn = qkv_rope_triton if ahead is not None else qkv_rope_reference
+        q = fn(x, nw, w, None, None, None, cos, sin, p, kc, vc, heads, kv_heads, 1e-6, ahead=ahead)
+        return q, kc, vc
+
+    x, ahead, _ = produce_ahead(h, wo, res, nw, m)
+    q, kc, vc = run(x, ahead, pos)
+    for r in (0, m - 1):
+        x1, a1, _ = produce_ahead(h[r : r + 1], wo, res[r : r + 1], nw, 1)
+        q1, kc1, vc1 = run(x1, a1, pos[r : r + 1])
+        assert torch.equal(q1[0], q[r]) and torch.equal(kc1[:, pos[r]], kc[:, pos[r]])
+    q0, kc0, vc0 = run(x, None, pos.long())
+    assert rel_err(q, q0) < bound(torch.bfloat16) and rel_err(kc, kc0) < bound(torch.bfloat16)
+    assert rel_err(vc, vc0) < bound(torch.bfloat16)
+
+
+def test_a_norm_prepared_for_another_kernel_is_refused(gen):
+    m, d = 3, 64
+    x, res = randn(m, d, g=gen), randn(m, d, g=gen)
+    wo = randn(d, d, g=gen, dtype=torch.bfloat16, scale=d**-0.5)
+    nw, other = randn(d, g=gen), randn(d, g=gen)
+    w = randn(32, d, g=gen, dtype=torch.bfloat16)
+    empty = NormAhead(nw, torch.bfloat16)
+    with pytest.raises(ValueError, match="not filled in"):
+        fused_linear_triton(x, w, norm_weight=nw, ahead=empty)
+    with pytest.raises(ValueError, match="needs the residual"):
+        fused_linear_triton(x, wo, ahead_out=NormAhead(nw, torch.bfloat16))
+    y, ahead, _ = produce_ahead(x, wo, res, nw, m)
+    with pytest.raises(ValueError, match="another norm weight"):
+        fused_linear_triton(y, w, norm_weight=other, ahead=ahead)
+    with pytest.raises(ValueError, match="prepared for"):
+        fused_linear_triton(y[:2], w, norm_weight=nw, ahead=ahead)
 
 
 @pytest.mark.parametrize("vocab", [1000, 5000, 49152])

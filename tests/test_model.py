@@ -131,11 +131,15 @@ def test_step_captures_requested_layers():
     assert io.capture.shape == (2, STEP_ROWS, c.dim)
 
 
+@pytest.mark.parametrize("ahead", [False, True])
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
-def test_the_persistent_step_computes_what_the_separate_kernels_compute(arch):
+def test_the_persistent_step_computes_what_the_separate_kernels_compute(arch, ahead, kernel_switch):
     """kernels/persistent_step.py runs every layer's tiles in one launch (on the GPU) through the very
     tile functions of the separate kernels; interpreted, one launch per phase. Logits and the captured
-    residuals are bit-identical to the six-kernels-per-layer step, for 1 and for 7 rows."""
+    residuals are bit-identical to the six-kernels-per-layer step, for 1 and for 7 rows, where the separate
+    kernels normalise their own input (DSPARK_NORM_AHEAD=0); with each norm prepared by its input's producer
+    (fused_linear.NormAhead, the default) the separate kernels round differently, so there within a tolerance."""
+    kernel_switch("DSPARK_NORM_AHEAD", ahead)
     c = tiny_config(arch, n_layers=3)
     w = random_weights(c, 4)
     tokens = torch.randint(0, c.vocab_size, (40,), generator=torch.Generator().manual_seed(5)).tolist()
@@ -154,7 +158,11 @@ def test_the_persistent_step_computes_what_the_separate_kernels_compute(arch):
             out.append((io.logits[:rows].cpu().clone(), io.capture[:, :rows].cpu().clone(), cache.k.cpu().clone()))
         runs[persistent] = out
     for (a, ca, ka), (b, cb, kb) in zip(runs[False], runs[True]):
-        assert torch.equal(a, b) and torch.equal(ca, cb) and torch.equal(ka, kb)
+        if ahead:
+            assert torch.allclose(a, b, rtol=1e-4, atol=1e-4) and torch.allclose(ca, cb, rtol=1e-4, atol=1e-4)
+            assert torch.allclose(ka, kb, rtol=1e-4, atol=1e-4) and not torch.equal(a, b)
+        else:
+            assert torch.equal(a, b) and torch.equal(ca, cb) and torch.equal(ka, kb)
 
 
 def test_the_persistent_step_is_chosen_by_layer_size(monkeypatch):
