@@ -2,12 +2,12 @@
 launch (and, where the kernels have it, the L2 prefetch) on, in the bundled model's shapes and the launch configurations of
 kernels/tuning.py; prints, per kernel, how many prefetch and griddepcontrol instructions its PTX has.
 Catches what the CPU interpreter cannot see (PTX, inline assembly, shared memory) before a device call.
---trace: with the phase stamps of bench/kernel_phases.py compiled in (kernels.common.stamp); --no-prenorm: the
-norm kernels' walk normalising x in every step (DSPARK_PRENORM=0; by default their operand is prepared once,
-kernels.common.prenorm); --no-ahead: no norm prepared by x's producer (DSPARK_NORM_AHEAD=0; by default
-the o-proj and down-proj prepare gate/up's and QKV's, kernels.fused_linear.NormAhead).
+--trace: with the phase stamps of bench/kernel_phases.py compiled in (kernels.common.stamp); --prenorm: the
+norm kernels' operand prepared once per program (DSPARK_PRENORM=1, kernels.common.prenorm; off by default);
+--no-ahead: no norm prepared by x's producer (DSPARK_NORM_AHEAD=0; by default the o-proj and the down-proj
+prepare gate/up's and QKV's, kernels.fused_linear.NormAhead).
 
-    TRITON_INTERPRET=0 python bench/sm90_compile.py [--trace] [--no-prenorm] [--no-ahead]
+    TRITON_INTERPRET=0 python bench/sm90_compile.py [--trace] [--prenorm] [--no-ahead]
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ TARGET = GPUTarget("cuda", 90, 32)
 DIV16 = {"x_stride", "res_stride", "out_stride", "N", "K", "KS", "cache_head_stride", "CAP", "D", "F", "V",
          "layer_cache_stride", "capture_slot_stride", "capture_row_stride"}
 TRACE = "--trace" in sys.argv
-PRENORM = "--no-prenorm" not in sys.argv
+PRENORM = "--prenorm" in sys.argv
 AHEAD = "--no-ahead" not in sys.argv
 
 

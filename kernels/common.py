@@ -91,11 +91,13 @@ def preload_on() -> bool:
 # scratch of its own (each program [BLOCK_M, K] in the weights' dtype) and have the K walk read that operand as
 # it reads the weights (cp.async into shared memory) instead of loading x, scaling it and rounding it in every
 # step: the same values, so the same bits. Only where the pass is unrolled (its chunks, and the norm weights loaded
-# with them, are still in registers) and the kernel is latency-bound. DSPARK_PRENORM=0 turns it off (a measurement
-# switch; docs/perf.md, 2026-12-04 seventeenth session).
+# with them, are still in registers) and the kernel is latency-bound. Measured slower than the walk that
+# normalises each step (the step +2.3 % at 4k: the scratch's store, barrier and reload cost what the walk saves;
+# docs/perf.md, 2026-12-04 seventeenth session), so off unless DSPARK_PRENORM=1 (a measurement switch); where
+# the norm is prepared by x's producer (NormAhead, below) the consumer has no norm pass at all.
 @functools.cache
 def prenorm_env_on() -> bool:
-    return os.environ.get("DSPARK_PRENORM", "1") != "0"
+    return os.environ.get("DSPARK_PRENORM", "0") == "1"
 
 
 def prenorm(eligible: bool, programs: int, k: int, weight: torch.Tensor) -> torch.Tensor | None:
