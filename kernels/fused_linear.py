@@ -187,6 +187,24 @@ def ahead_rstd(sums, K, eps):
 
 
 @triton.jit
+def norm_input(pid, x_ptr, x_stride, rm, m_mask, K, eps, norm_ptr, xn_ptr, ss_ptr, P, trace_ptr, BLOCK_M: tl.constexpr,
+               BLOCK_K: tl.constexpr, BLOCK_P: tl.constexpr, CACHE: tl.constexpr, UNROLL_NORM: tl.constexpr,
+               PRENORM: tl.constexpr, AHEAD: tl.constexpr, TRACE: tl.constexpr):
+    """A norm kernel's input side, before its K walk: (rstd, sums). AHEAD: the producer's sums loaded (rstd
+    comes from them after the walk, ahead_rstd; no stamp 2: the walk does not wait for it); otherwise rstd
+    from the pass over x (row_rstd), then stamp 2."""
+    rstd = tl.zeros([BLOCK_M], dtype=tl.float32)
+    if AHEAD:
+        sums = ahead_sums(ss_ptr, rm, m_mask, P, BLOCK_P)
+    else:
+        sums = tl.zeros([BLOCK_M, BLOCK_P], dtype=tl.float32)
+        rstd = row_rstd(x_ptr, x_stride, rm, m_mask, K, eps, BLOCK_M, BLOCK_K, CACHE, UNROLL_NORM, norm_ptr, xn_ptr, PRENORM)
+        if TRACE:
+            stamp(trace_ptr, pid, 2, rstd)
+    return rstd, sums
+
+
+@triton.jit
 def ahead_store(v, nw, xw_ptr, ss_ptr, pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """The producer's part of a NormAhead: from its tile of x as written (v, float32), x * nw rounded into
     xw [M, N] and each row's sum of squares over the tile into ss [M, programs] at column pid."""
@@ -305,13 +323,8 @@ def linear_tile(
             bias = tl.load(bias_ptr + rn, mask=n_mask, other=0.0).to(tl.float32)
     rstd = tl.zeros([BLOCK_M], dtype=tl.float32)
     if HAS_NORM:
-        if AHEAD:  # rstd after the walk (no stamp 2: the walk does not wait for it)
-            sums = ahead_sums(ss_ptr, rm, m_mask, P, BLOCK_P)
-        else:
-            rstd = row_rstd(x_ptr, x_stride, rm, m_mask, K, eps, BLOCK_M, BLOCK_K, CACHE, UNROLL_NORM, norm_ptr, xn_ptr,
-                            PRENORM)
-            if TRACE:
-                stamp(trace_ptr, pid, 2, rstd)
+        rstd, sums = norm_input(pid, x_ptr, x_stride, rm, m_mask, K, eps, norm_ptr, xn_ptr, ss_ptr, P, trace_ptr, BLOCK_M,
+                                BLOCK_K, BLOCK_P, CACHE, UNROLL_NORM, PRENORM, AHEAD, TRACE)
     if KSPLIT > 1:
         acc, acc_up = _linear_walk_split(x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, up_ptr, rn, n_mask, K, KS,
                                          HAS_NORM, SWIGLU, UPCAST, CACHE, BLOCK_M, BLOCK_N, BLOCK_K, KSPLIT, xn_ptr,

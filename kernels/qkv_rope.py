@@ -17,7 +17,7 @@ import triton.language as tl
 from kernels.common import (UPCAST_DOT, l2_prefetch, latency_bound, mma, mma3, pdl_args, pdl_start, prefetch_lines,
                             prefetch_on, prenorm, stamp, stamp_now, trace_args, unroll_norm)
 
-from kernels.fused_linear import BLOCK_M, NormAhead, ahead_rstd, ahead_sums, prenorm_operand, row_rstd, slices_x_block
+from kernels.fused_linear import BLOCK_M, NormAhead, ahead_rstd, norm_input, prenorm_operand, slices_x_block
 from kernels.prefill import rope_rotate
 from kernels.rmsnorm import rmsnorm_reference
 from kernels.tuning import config_for, k_slices
@@ -144,15 +144,10 @@ def qkv_rope_tile(
         if HAS_BIAS:
             b1 = tl.load(b_ptr + row0 + rh).to(tl.float32)
             b2 = tl.load(b_ptr + row0 + HALF + rh).to(tl.float32)
-    # RMSNorm's rstd first, from one pass over x (see fused_linear.py for why not inside the K walk)
-    rstd = tl.zeros([BLOCK_M], dtype=tl.float32)
-    if AHEAD:  # rstd after the walk (no stamp 2: the walk does not wait for it)
-        sums = ahead_sums(ss_ptr, rm, m_mask, P, BLOCK_P)
-    else:
-        rstd = row_rstd(x_ptr, x_stride, rm, m_mask, K, eps, BLOCK_M, BLOCK_K, CACHE, UNROLL_NORM, norm_ptr, xn_ptr,
-                        PRENORM)
-        if TRACE:
-            stamp(trace_ptr, pid, 2, rstd)
+    # RMSNorm's rstd first, from one pass over x (see fused_linear.py for why not inside the K walk), or after the
+    # walk from the sums x's producer prepared (AHEAD)
+    rstd, sums = norm_input(pid, x_ptr, x_stride, rm, m_mask, K, eps, norm_ptr, xn_ptr, ss_ptr, P, trace_ptr, BLOCK_M,
+                            BLOCK_K, BLOCK_P, CACHE, UNROLL_NORM, PRENORM, AHEAD, TRACE)
     if KSPLIT > 1:
         acc1, acc2 = _qkv_walk_split(x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, row0, rh, K, KS, HALF, UPCAST, CACHE,
                                      BLOCK_M, HB, BLOCK_K, KSPLIT, xn_ptr, PRENORM or AHEAD)
