@@ -46,13 +46,13 @@ DEFAULTS = {
 # pipeline stages (was 4) from a one-field-at-a-time descent at 4k, confirmed by re-timing and again in
 # three later calls: the step 1-1.5 % faster at 4k and 7936 (docs/perf.md, 2026-12-04 thirteenth session).
 TABLE: dict[tuple[str, int, int], LaunchConfig] = {
-    ("qkv", 960, 576): LaunchConfig(block_n=0, block_k=128, num_warps=4, num_stages=5),
+    ("qkv", 960, 576): LaunchConfig(block_n=0, block_k=64, num_warps=4, num_stages=5),
     # The o-proj and the down-proj walk K in four slices side by side (k_split, one warp each; 64-wide steps):
     # the step 1.9-2.3 % faster (down) and 0.6-0.9 % (o-proj) at 1k and 4k, 1 and 7 rows; QKV and gate/up,
     # whose steps also normalise x, 8-12 % slower that way (docs/perf.md, 2026-12-04 sixteenth session).
     ("linear", 576, 576): LaunchConfig(block_n=16, block_k=64, num_warps=4, num_stages=4, k_split=4),
     ("linear", 576, 1536): LaunchConfig(block_n=16, block_k=64, num_warps=4, num_stages=4, k_split=4),
-    ("swiglu", 1536, 576): LaunchConfig(block_n=32, block_k=128, num_warps=4, num_stages=4),
+    ("swiglu", 1536, 576): LaunchConfig(block_n=32, block_k=64, num_warps=4, num_stages=5),
     ("lm_head", 49152, 576): LaunchConfig(block_n=128, block_k=64, num_warps=4, num_stages=3),
     # block_k = keys per inner block, at most the split's: a split of 64 keys (contexts to ~7,800) is one block
     # of 64; from ~7,900 the split is 128 keys, one block of 128, so it too is read before the dependency
