@@ -14,6 +14,7 @@
 #           With TABLES=a JSON file of named tables (bench/step_sweep.py --tables), also each table's
 #           step against this tree's table ("base": {}), two alternating passes, and its per-kernel breakdown;
 #           with SWITCHES="VAR ..." (bench/gpu_timing.py's switches), each one timed on and off in one process;
+#           with PHASES=1, each kernel's phases at 4k, 1 row (bench/kernel_phases.py) on both trees, compared;
 #           with DRAFT="CHUNK:WARPS,..." (or DRAFT=table), bench/draft_profile.py on both trees (a DSpark iteration,
 #           its draft pass) and, on this tree, the drafter's head alone and the draft pass per head configuration
 #   call 2: carry [.devstage/p2, .devstage/stage.sh]                        bash bench/gpu_land.sh 2
@@ -53,6 +54,12 @@ for k in sorted(prev):
         print(f"step ctx {k[0]} rows {k[1]}: previous main {prev[k]:.1f} us, this tree {new[k]:.1f} us ({new[k] / prev[k] - 1:+.1%})")
 PY
     }
+    if [ "${PHASES:-0}" = 1 ]; then  # each kernel's phases (bench/kernel_phases.py), 4k, 1 row, on both trees
+      (cd /tmp/prev && timeout 90 python3 bench/kernel_phases.py --contexts 4096 --rows 1) > "$OUT/phases-prev.jsonl" \
+        2> "$OUT/phases-prev.err"
+      timeout 90 python3 bench/kernel_phases.py --contexts 4096 --rows 1 > "$OUT/phases-new.jsonl" 2> "$OUT/phases-new.err"
+      python3 bench/kernel_phases.py --compare "$OUT/phases-prev.jsonl" "$OUT/phases-new.jsonl" 2>&1 || true
+    fi
     if [ -n "${TABLES:-}" ]; then
       timeout 330 python3 bench/step_sweep.py --tables "$(cat "$TABLES")" --contexts 1024,4096,7936 --replays 100 --breakdown \
         > "$OUT/tables.jsonl" 2> "$OUT/tables.err"

@@ -100,12 +100,14 @@ def resolution_ns(replay: list[list[list[int]]]) -> int:
 
 
 def compare(before: dict, after: dict) -> list[str]:
-    """Two runs' lines (the same context and rows) side by side: per role, each phase before -> after, µs."""
+    """Two runs' lines (the same context and rows) side by side: per role, each phase before -> after, and how
+    far apart its programs end (end_spread, where both runs have it), µs."""
     out = [f"ctx {after['ctx']} rows {after['rows']}: step {before['step_us']:.1f} -> {after['step_us']:.1f} us"]
     for role, b in before["roles"].items():
         a = after["roles"].get(role)
         if a is not None:
-            out.append(f"  {role:8s} " + "  ".join(f"{p} {b[p]:.2f} -> {a[p]:.2f}" for p in PHASES))
+            shown = PHASES + tuple(p for p in ("end_spread",) if p in a and p in b)
+            out.append(f"  {role:8s} " + "  ".join(f"{p} {b[p]:.2f} -> {a[p]:.2f}" for p in shown))
     return out
 
 

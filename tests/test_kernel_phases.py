@@ -85,3 +85,7 @@ def test_compare_shows_each_roles_phases_before_and_after():
     lines = kernel_phases.compare(before, after)
     assert lines[0] == "ctx 4096 rows 1: step 600.0 -> 580.0 us"
     assert len(lines) == 2 and "product 3.00 -> 2.50" in lines[1] and "adds 4.70 -> 4.20" in lines[1]  # attn: not in after
+    assert "end_spread" not in lines[1]  # not in these runs
+    spread = {r: dict(p, end_spread=1.38) for r, p in before["roles"].items()}
+    lines = kernel_phases.compare(dict(before, roles=spread), dict(after, roles={"attn": dict(phases, end_spread=0.7)}))
+    assert lines[1].startswith("  attn") and lines[1].endswith("end_spread 1.38 -> 0.70")
