@@ -13,11 +13,15 @@ a verify commits the longest run of the target's own tokens that the drafts hold
 - `tree N`: EAGLE-2-style dynamic tree of N nodes: best-first by the drafts' cumulative log-probability,
   each node's children being its top candidates.
 - `topK-chain`: K candidates for the first draft, each continued as a greedy chain (K*(depth) nodes).
+- static shapes (`--shapes`, SHAPES): a fixed tree, each node a (parent, rank) pair: the rank-th best candidate
+  after its parent's token (parent -1: the last committed token). What a device-side drafter can build without
+  a priority queue: each depth's nodes are top-k passes over their parents' rows, as the chain is today.
 
 Tau is tokens committed per verify, the harness's definition. This is no timing: what a tree costs
 (its rows in one verify, the attention mask) has to be measured on the GPU. Prints one JSON line per
 (prompt, ctx), then a table. Usage:
-  python bench/tree_tau.py [--contexts 1024,4096,7936] [--new-tokens 128] [--trees 4,8,16,32,64] [--drafter DIR]
+  python bench/tree_tau.py [--contexts 1024,4096,7936] [--new-tokens 128] [--trees 4,8,16,32,64] [--shapes NAME,...]
+                           [--drafter DIR]
 """
 
 from __future__ import annotations
@@ -95,6 +99,50 @@ def accepted_tree(base, u, v, first: int, truth: list[int], budget: int, fanout:
     return depth_max
 
 
+# Static trees of at most 7 nodes (with the last committed token, the 8 rows of today's step, engine.model.STEP_ROWS),
+# nodes in depth order as (parent, rank): the main chain first, then alternatives (rank 1: the second-best candidate).
+SHAPES = {
+    "chain6": ((-1, 0), (0, 0), (1, 0), (2, 0), (3, 0), (4, 0)),  # today's verify: 7 rows
+    "c5+a1": ((-1, 0), (0, 0), (1, 0), (2, 0), (3, 0), (-1, 1)),  # 7 rows: the chain one shorter, a second first draft
+    "c4+a1+a2": ((-1, 0), (0, 0), (1, 0), (2, 0), (-1, 1), (0, 1)),  # 7 rows
+    "c4+a1c1": ((-1, 0), (0, 0), (1, 0), (2, 0), (-1, 1), (4, 0)),  # 7 rows: the second first draft continued once
+    "c6+a1": ((-1, 0), (0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (-1, 1)),  # 8 rows
+    "c5+a1+a2": ((-1, 0), (0, 0), (1, 0), (2, 0), (3, 0), (-1, 1), (0, 1)),  # 8 rows
+    "c5+a1c1": ((-1, 0), (0, 0), (1, 0), (2, 0), (3, 0), (-1, 1), (5, 0)),  # 8 rows
+    "c4+a1+a2+a3": ((-1, 0), (0, 0), (1, 0), (2, 0), (-1, 1), (0, 1), (1, 1)),  # 8 rows
+    "c4+a1c1+a2": ((-1, 0), (0, 0), (1, 0), (2, 0), (-1, 1), (4, 0), (0, 1)),  # 8 rows
+}
+
+
+def accepted_static(base, u, v, first: int, truth: list[int], shape: tuple[tuple[int, int], ...]) -> int:
+    """How deep the true path goes inside a static tree (SHAPES): from the root, at each depth, the child whose
+    candidate (its rank among its parent's top candidates at that depth) is the true token."""
+    kids: dict[int, list[tuple[int, int]]] = {}
+    for i, (parent, rank) in enumerate(shape):
+        kids.setdefault(parent, []).append((i, rank))
+    node, prev = -1, first
+    for d, want in enumerate(truth):
+        here = kids.get(node)
+        if not here:
+            return d
+        top = (base[d] + u @ v[prev]).topk(1 + max(r for _, r in here)).indices.tolist()
+        hit = [i for i, r in here if top[r] == want]
+        if not hit:
+            return d
+        node, prev = hit[0], want
+    return len(truth)
+
+
+def shape_depths(shape: tuple[tuple[int, int], ...]) -> list[int]:
+    """Each node's depth (1: a first draft); a parent must come before its children."""
+    depths: list[int] = []
+    for i, (parent, _) in enumerate(shape):
+        if parent >= i:
+            raise ValueError(f"node {i}'s parent {parent} does not come before it")
+        depths.append(1 if parent < 0 else depths[parent] + 1)
+    return depths
+
+
 def replay(prompt_len: int, new_tokens: int, accept) -> list[int]:
     """Commits per verify along the decode: start at the first generated token, commit accept(c) + 1."""
     commits, c = [], prompt_len
@@ -112,8 +160,13 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--trees", default="4,8,16,32,64")
     ap.add_argument("--topk", default="2,4")
+    ap.add_argument("--shapes", default="", help=f"static trees by name: {', '.join(SHAPES)}")
     ap.add_argument("--drafter", default=None)
     args = ap.parse_args()
+    shapes = [x for x in args.shapes.split(",") if x]
+    unknown = [x for x in shapes if x not in SHAPES]
+    if unknown:
+        ap.error(f"unknown shape {unknown[0]!r}; known: {', '.join(SHAPES)}")
     eng = Engine()
     files = attach_drafter(eng, args.drafter)
     c = files.config
@@ -139,6 +192,11 @@ def main() -> None:
             for n in [int(x) for x in args.trees.split(",") if x]:
                 taus[f"tree{n}"] = replay(ctx, args.new_tokens,
                                           lambda a, n=n: accepted_tree(by_anchor[a], u, v, seq[a], truth(a), n))
+            for name in shapes:
+                if max(d for d in shape_depths(SHAPES[name])) > p:
+                    continue  # deeper than the drafter's block
+                taus[name] = replay(ctx, args.new_tokens,
+                                    lambda a, sh=SHAPES[name]: accepted_static(by_anchor[a], u, v, seq[a], truth(a), sh))
             row = {"prompt": prompt, "ctx": ctx, "prompt_sha256": token_digest(ids), "new_tokens": args.new_tokens,
                    "block_size": c.block_size, "drafter": str(files.path), "drafter_sha256": files.sha256,
                    "tau": {name: round(sum(v_) / len(v_), 3) for name, v_ in taus.items()},
