@@ -129,11 +129,17 @@ def step_inputs(model, ctx: int, rows: int, split: int | None = None):
     return cache, io
 
 
-def step_us(model, ctx: int, rows: int, replays: int = 200, split: int | None = None) -> float:
+def step_us(model, ctx: int, rows: int, replays: int = 200, split: int | None = None, per_graph: int = 1) -> float:
     """Microseconds per replay of `model`'s captured step (every layer's kernels and the LM head) for
     `rows` rows at positions ctx.. (step_inputs). `split`: keys per attention split (None: the engine's
-    default_split)."""
+    default_split). `per_graph`: the step captured that many times over in one graph (the same inputs each
+    time), microseconds per step."""
     cache, io = step_inputs(model, ctx, rows, split)
-    us = time_graph(lambda: model.step(io, rows, cache), replays)
+
+    def steps() -> None:
+        for _ in range(per_graph):
+            model.step(io, rows, cache)
+
+    us = time_graph(steps, max(1, replays // per_graph)) / per_graph
     del cache, io
     return us

@@ -1,6 +1,7 @@
-"""Summarise what `bench/step_sweep.py --tables` or `--switch` printed: per variant (a named table, or the
-switch on / off), the median step of its two passes at each (context, rows), against the baseline in the
-same run (the table "base", or the switch off), plus any per-kernel breakdowns and errors.
+"""Summarise what `bench/step_sweep.py --tables`, `--switch` or `--per-graph` printed: per variant (a named
+table, the switch on / off, steps per graph), the median step of its two passes at each (context, rows), against
+the baseline in the same run (the table "base", the switch off, one step per graph), plus any per-kernel
+breakdowns and errors.
 
     python bench/step_summary.py OUT/tables.jsonl
     python bench/step_summary.py --pick OUT/tables.jsonl     the table to adopt, or "none" (see pick)
@@ -14,7 +15,9 @@ import sys
 
 
 def _label(r: dict) -> str | None:
-    """The variant a line belongs to: its table's name, or "on" / "off" for a switch."""
+    """The variant a line belongs to: its table's name, "on" / "off" for a switch, "K per graph"."""
+    if "per_graph" in r:
+        return f"{r['per_graph']} per graph"
     return r["table"] if "table" in r else ("on" if r.get("on") else "off") if "switch" in r else None
 
 
@@ -37,7 +40,7 @@ def summarise(lines: list[dict]) -> list[str]:
         elif label is not None and "breakdown_us" in r:
             out.append(f"breakdown {label} " + json.dumps({k: round(v, 2) for k, v in r["breakdown_us"].items()}))
     steps = passes(lines)
-    base_label = "base" if "base" in steps else "off"
+    base_label = next((b for b in ("base", "1 per graph") if b in steps), "off")
     base = {cell: statistics.median(v) for cell, v in steps.get(base_label, {}).items()}
     for label, cells in steps.items():
         parts = []

@@ -18,6 +18,9 @@ speed does not depend on the values, so nothing needs staging). Prints JSON line
   alternating; with --breakdown also each kernel alone per table.
 - --switch VAR: the step (1 and 7 rows) at each context with a kernel switch of bench/gpu_timing.py
   (SWITCH_CACHES) on and off, two passes, alternating.
+- --per-graph 1,4,16: the step (1 and 7 rows) at each context captured that many times over in one graph, per
+  step, two passes: how much a graph boundary between steps costs (a step alone per replay has no programmatic
+  dependent launch into the next one, and waits for the graph's completion).
 - --shape NAME: a guard shape's random model instead of the bundled one (with --sweep: its own table keys).
 - --tree PATH: import engine/ and kernels/ from another checkout (the previous main), to time its
   step with this same clock.
@@ -56,6 +59,9 @@ def _args():
                     help="JSON {name: table} (a table as --table takes): each timed at each context and row count, "
                     "two passes, alternating")
     ap.add_argument("--switch", default=None, help="a kernel switch (gpu_timing.SWITCH_CACHES) timed on and off, alternating")
+    ap.add_argument("--per-graph", default=None,
+                    help="only the step at each context and row count, captured this many times per graph (comma-separated), "
+                    "microseconds per step, two passes")
     ap.add_argument("--attn-splits", default=None,
                     help="only the step at each context and row count with these keys per attention split "
                     "(comma-separated; 0 = default_split), each split's pass after the other, twice")
@@ -226,6 +232,14 @@ def main() -> int:
                     emit(tree=tree, table=name, ctx=contexts[-1], breakdown_us=breakdown(model, contexts[-1], ARGS.replays))
         tuning.TABLE.clear()
         tuning.TABLE.update(base)
+        return 0
+    if ARGS.per_graph:
+        for rep in range(2):
+            for k in (int(v) for v in ARGS.per_graph.split(",")):
+                for ctx in contexts:
+                    for rows in (1, 7):
+                        emit(tree=tree, per_graph=k, rep=rep, ctx=ctx, rows=rows,
+                             us=step_us(model, ctx, rows, ARGS.replays, per_graph=k))
         return 0
     if ARGS.attn_splits:
         from kernels.decode_attention import default_split

@@ -20,6 +20,8 @@ def test_tables_are_set_against_base_and_switches_against_off():
     assert out[2] == "x: 4096/1 91.0 (-9.9% vs base) [90.0 / 92.0]"
     switch = [{"switch": "S", "on": on, "rep": 0, "ctx": 1024, "rows": 7, "us": us} for on, us in ((True, 50.0), (False, 40.0))]
     assert step_summary.summarise(switch)[0] == "on: 1024/7 50.0 (+25.0% vs off) [50.0]"
+    graphs = [{"per_graph": k, "rep": 0, "ctx": 4096, "rows": 1, "us": us} for k, us in ((1, 530.0), (16, 524.7))]
+    assert step_summary.summarise(graphs)[1] == "16 per graph: 4096/1 524.7 (-1.0% vs 1 per graph) [524.7]"
 
 
 def _table_lines(figures):
