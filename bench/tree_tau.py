@@ -171,6 +171,9 @@ def main() -> None:
     files = attach_drafter(eng, args.drafter)
     c = files.config
     p = c.block_size - 1
+    deep = [x for x in shapes if max(shape_depths(SHAPES[x])) > p]
+    if deep:
+        ap.error(f"shape {deep[0]!r} is deeper than this drafter's {p} drafts")
     module = DrafterModule.from_weights(c, files.weights, eng.model.embed.float().cpu(), eng.model.lm_head.float().cpu())
     module = module.float().to(eng.model.device).eval()
     rows = []
@@ -193,8 +196,6 @@ def main() -> None:
                 taus[f"tree{n}"] = replay(ctx, args.new_tokens,
                                           lambda a, n=n: accepted_tree(by_anchor[a], u, v, seq[a], truth(a), n))
             for name in shapes:
-                if max(d for d in shape_depths(SHAPES[name])) > p:
-                    continue  # deeper than the drafter's block
                 taus[name] = replay(ctx, args.new_tokens,
                                     lambda a, sh=SHAPES[name]: accepted_static(by_anchor[a], u, v, seq[a], truth(a), sh))
             row = {"prompt": prompt, "ctx": ctx, "prompt_sha256": token_digest(ids), "new_tokens": args.new_tokens,
