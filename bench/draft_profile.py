@@ -6,8 +6,10 @@ Random target weights in the bundled model's shape and the shipped drafter (spee
 the values; acceptance does, and is not measured here). Prints JSON lines, then the profiler tables.
 
     python bench/draft_profile.py [--contexts 1024,4096] [--replays 200] [--tree PATH] [--no-profile]
-                                  [--head-configs 256:4,512:8]
+                                  [--head-configs 256:4,512:8] [--tree-nodes 7 --fanout 2]
 
+--tree-nodes N: the drafts as a token tree of N (SpecOptions.tree_nodes, --fanout its tree_fanout): the verify is
+the tree's N + 1 rows, its commit the tree commit, the draft pass the tree head's (this tree only).
 --head-configs also times, per drafter-head launch configuration (kernels/tuning.py "head": vocabulary
 entries per program : warps), the head alone (ten calls in one graph) and the whole draft pass.
 
@@ -34,6 +36,8 @@ def _args():
     ap.add_argument("--tree", default=None, help="import engine/ and kernels/ from this checkout (the previous main)")
     ap.add_argument("--no-profile", action="store_true", help="only the timings, not the profiler tables")
     ap.add_argument("--head-configs", default="", help="CHUNK:WARPS,... of the drafter's head to time (this tree only)")
+    ap.add_argument("--tree-nodes", type=int, default=0, help="a token tree of this many drafts instead of the chain")
+    ap.add_argument("--fanout", type=int, default=2)
     return ap.parse_args()
 
 
@@ -92,6 +96,16 @@ def head_sweep(engine, s, g, ctx: int, configs: str, replays: int) -> None:
                           "head_us": replay_us(ten, max(1, replays // 10)) / 10, "draft_us": replay_us(draft, replays)}), flush=True)
 
 
+def verify_and_commit(engine, s, m: int, tree: bool) -> None:
+    """The verify and its commit, eager (a previous main's checkout has no trees and no Session.commit)."""
+    if tree:
+        engine.model.step(s.io, m, s.cache, tree=True)
+        s.commit(m, True)
+    else:
+        engine.model.step(s.io, m, s.cache)
+        engine.model.ops.greedy_commit(s.io.logits, s.io.tokens, s.io.positions, s.io.kv_end, s.out_tokens, s.state, m)
+
+
 def main() -> int:
     args = ARGS
     if not torch.cuda.is_available():
@@ -99,8 +113,9 @@ def main() -> int:
         return 2
     engine = Engine(loaded=random_model(), device="cuda")
     files = load_drafter_files(args.drafter or BUNDLED_DRAFTER)
-    use_drafter(engine, files, SpecOptions(confidence_threshold=0.0, idle_min_accept=0.0, narrow_below_ctx=0))
-    m = files.config.block_size
+    tree = {"tree_nodes": args.tree_nodes, "tree_fanout": args.fanout} if args.tree_nodes else {}
+    use_drafter(engine, files, SpecOptions(confidence_threshold=0.0, idle_min_accept=0.0, narrow_below_ctx=0, **tree))
+    m = args.tree_nodes + 1 if tree else files.config.block_size
     for ctx in (int(c) for c in args.contexts.split(",")):
         ids = random_ids(ctx, engine.config.vocab_size, seed=ctx)
         # room for every replay below to move the position (random target weights accept ~nothing:
@@ -113,14 +128,14 @@ def main() -> int:
             s.io.set_rows([first], ctx)
             s.state.copy_(torch.tensor([1, ctx, 0, 0, ctx], device="cuda"))
             g.draft_only()
-            verify = s.step(m, commit=False)
+            verify = s.step(m, commit=False, **({"tree": True} if tree else {}))
             one_row = s.step(1, commit=False)
             row = {
                 "ctx": ctx,
                 "step_1row_us": replay_us(one_row, args.replays),
                 "step_1row_commit_us": replay_us(g.greedy_step[1], args.replays // 4),
                 "step_verify_us": replay_us(verify, args.replays),
-                "step_verify_commit_us": replay_us(g.greedy_step[m], args.replays // 4),
+                "step_verify_commit_us": replay_us(g.tree_step if tree else g.greedy_step[m], args.replays // 4),
                 "ctx_update_us": replay_us(g.ctx_only, args.replays),
                 "draft_us": replay_us(g.draft_only, args.replays),
                 "ctx_and_draft_us": replay_us(g.ctx_and_draft, args.replays),
@@ -129,6 +144,7 @@ def main() -> int:
             chunk8 = g.fused_chunk(8)
             row["iteration_in_chunk8_us"] = replay_us(chunk8, max(1, args.replays // 32)) / 8
             row["tree"] = args.tree or "this"
+            row["tree_nodes"] = args.tree_nodes
             print(json.dumps(row), flush=True)
             if args.head_configs:
                 head_sweep(engine, s, g, ctx, args.head_configs, args.replays)
@@ -138,9 +154,7 @@ def main() -> int:
 
             rt = g.rt
             for name, fn in (("ctx_update+draft (eager)", lambda: (rt.ctx_update(), rt.draft())),
-                             ("verify + commit (eager)", lambda: (engine.model.step(s.io, m, s.cache),
-                                                                  engine.model.ops.greedy_commit(s.io.logits, s.io.tokens, s.io.positions,
-                                                                                                 s.io.kv_end, s.out_tokens, s.state, m)))):
+                             ("verify + commit (eager)", lambda: verify_and_commit(engine, s, m, bool(tree)))):
                 for _ in range(3):
                     fn()
                 torch.cuda.synchronize()

@@ -129,16 +129,24 @@ def step_inputs(model, ctx: int, rows: int, split: int | None = None):
     return cache, io
 
 
-def step_us(model, ctx: int, rows: int, replays: int = 200, split: int | None = None, per_graph: int = 1) -> float:
+def step_us(model, ctx: int, rows: int, replays: int = 200, split: int | None = None, per_graph: int = 1,
+            parents: list[int] | None = None) -> float:
     """Microseconds per replay of `model`'s captured step (every layer's kernels and the LM head) for
     `rows` rows at positions ctx.. (step_inputs). `split`: keys per attention split (None: the engine's
     default_split). `per_graph`: the step captured that many times over in one graph (the same inputs each
-    time), microseconds per step."""
+    time), microseconds per step. `parents`: the rows are a token tree of this shape (StepIO.set_tree,
+    rows == len(parents)) rooted at ctx."""
     cache, io = step_inputs(model, ctx, rows, split)
+    tree = parents is not None
+    if tree:
+        io.set_tree(list(range(1000, 1000 + rows)), parents, ctx)
 
     def steps() -> None:
         for _ in range(per_graph):
-            model.step(io, rows, cache)
+            if tree:
+                model.step(io, rows, cache, tree=True)
+            else:
+                model.step(io, rows, cache)
 
     us = time_graph(steps, max(1, replays // per_graph)) / per_graph
     del cache, io

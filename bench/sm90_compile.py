@@ -26,7 +26,8 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 from kernels.decode_attention import _attn_combine_kernel, _attn_split_kernel  # noqa: E402
-from kernels.draft_head import _head_depth_kernel, _head_final_kernel  # noqa: E402
+from kernels.draft_head import _head_depth_kernel, _head_final_kernel, _tree_expand_kernel, _tree_final_kernel  # noqa: E402
+from kernels.greedy_commit import _tree_commit_kernel  # noqa: E402
 from kernels.fused_linear import BLOCK_M, _fused_linear_kernel  # noqa: E402
 from kernels.persistent_step import MAX_SPIN, _persistent_step_kernel  # noqa: E402
 from kernels.qkv_rope import _qkv_rope_kernel  # noqa: E402
@@ -99,19 +100,26 @@ def main() -> int:
         const = dict(HD=HD, HAS_BIAS=False, HAS_QKNORM=False, IEEE=False, UPCAST=False, BLOCK_M=BLOCK_M, BLOCK_K=cfg.block_k,
                      SUB=sub, PREFETCH_LINES=prefetch_lines(HD // 2 // sub * D * 2), ELEM_BYTES=2, USE_PDL=True, UNROLL_NORM=D, EARLY=True,
                      KSPLIT=cfg.k_split)
-        out.append(compile_one(f"qkv_rope sub {sub}", _qkv_rope_kernel, qkv, const, cfg.num_warps, cfg.num_stages))
+        for slots in (False, True):  # k/v at the rows' positions, or at a token tree's slots
+            if slots and "SLOTS" not in _qkv_rope_kernel.arg_names:
+                continue
+            out.append(compile_one(f"qkv_rope sub {sub}{' tree slots' if slots else ''}", _qkv_rope_kernel,
+                                   dict(qkv, slot_ptr="*i32"), dict(const, SLOTS=slots), cfg.num_warps, cfg.num_stages))
     att = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "start_ptr": "*i32", "end_ptr": "*i32", "fresh_ptr": "*i32",
            "out_ptr": "*fp32",
            "lse_ptr": "*fp32", "M": "i32", "H": "i32", "CAP": "i32", "cache_head_stride": "i32", "n_splits": "i32",
            "scale_log2": "fp32"}
     cfg = config_for("attn", H, HD)
     split = 64
-    for preload in (False, True):  # keys read after the wait (with the L2 prefetch), or before it (`fresh`)
+    for preload, tree in ((False, False), (True, False), (True, True), (False, True)):
+        # keys read after the wait (with the L2 prefetch), or before it (`fresh`); a token tree's rows (own programs)
+        if tree and "TREE" not in _attn_split_kernel.arg_names:
+            continue
         const = dict(G=H // KVH, HD=HD, SPLIT=split, BLOCK_R=32, BLOCK_KV=min(cfg.block_k, split), IEEE=False, UPCAST=False,
                      PREFETCH_LINES=0 if preload else prefetch_lines(split * HD * 2), ELEM_BYTES=2, USE_PDL=True,
-                     PRELOAD=preload)
-        out.append(compile_one(f"attention split{' preloaded' if preload else ''}", _attn_split_kernel, att, const,
-                               cfg.num_warps, cfg.num_stages))
+                     PRELOAD=preload, TREE=tree, ANC_W=8 if tree else 1, FS=2 if tree else 1)
+        out.append(compile_one(f"attention split{' preloaded' if preload else ''}{' tree' if tree else ''}", _attn_split_kernel,
+                               dict(att, anc_ptr="*i32"), const, cfg.num_warps, cfg.num_stages))
     comb = {"part_ptr": "*fp32", "lse_ptr": "*fp32", "out_ptr": "*bf16", "H": "i32", "n_splits": "i32"}
     bs = triton.next_power_of_2(triton.cdiv(CAP, split))
     for block_d in (0, 32):  # the whole head per program, or a slice of it (the combine's table block_n)
@@ -153,6 +161,26 @@ def main() -> int:
            "depth_ptr": "*i64", "tokens_ptr": "*i64", "NCH": "i32", "D": "i32"}
     out.append(compile_one("draft head, confidences", _head_final_kernel, fin,
                            dict(P=P, BLOCK_P=8, BLOCK_S=triton.next_power_of_2(nch), BLOCK_D=1024, USE_PDL=True), 4, 1))
+    # a token tree: its head (an expansion per node, then the last node with the step's inputs) and its commit
+    N, FAN = 7, 4
+    tree_scratch = {"cand_s_ptr": "*fp32", "cand_t_ptr": "*i64", "cand_p_ptr": "*i32", "cand_d_ptr": "*i32", "node_t_ptr": "*i64",
+                    "node_p_ptr": "*i32", "node_d_ptr": "*i32", "node_s_ptr": "*fp32", "node_c_ptr": "*i32",
+                    "pval_ptr": "*fp32", "pidx_ptr": "*i64", "pmax_ptr": "*fp32", "psum_ptr": "*fp32", "NCH": "i32", "P": "i32"}
+    blocks = dict(F=FAN, BLOCK_S=triton.next_power_of_2(nch), BLOCK_F=4, BLOCK_C=32, USE_PDL=True)
+    for k in (0, 3):
+        out.append(compile_one(f"tree head, node {k}", _tree_expand_kernel,
+                               dict(tree_scratch, base_ptr="*fp32", u_ptr="*bf16", v_ptr="*bf16", tokens_ptr="*i64", V="i32"),
+                               dict(blocks, K=k, R=R, CHUNK=hcfg.block_n), hcfg.num_warps, 1))
+    out.append(compile_one("tree head, last node", _tree_final_kernel,
+                           dict(tree_scratch, tokens_ptr="*i64", positions_ptr="*i32", kv_end_ptr="*i32", slots_ptr="*i32",
+                                tree_ptr="*i32", parents_ptr="*i32", ROWS="i32"),
+                           dict(blocks, K=N, BLOCK_ROWS=8, W=8), 4, 1))
+    commit = {"pmax_ptr": "*fp32", "pidx_ptr": "*i64", "tokens_ptr": "*i64", "parents_ptr": "*i32", "slots_ptr": "*i32",
+              "positions_ptr": "*i32", "kv_end_ptr": "*i32", "out_ptr": "*i64", "state_ptr": "*i64", "hist_ptr": "*i64",
+              "k_ptr": "*bf16", "v_ptr": "*bf16", "cap_ptr": "*fp32", "layer_stride": "i32", "head_stride": "i32",
+              "cap_width": "i32", "M": "i32", "NCH": "i32", "ROWS": "i32", "KVH": "i32"}
+    out.append(compile_one("tree commit", _tree_commit_kernel, commit,
+                           dict(HD=HD, BLOCK_S=32, BLOCK_ROWS=8, BLOCK_C=512, HAS_HIST=True, USE_PDL=True), 4, 1))
     for r in out:
         print(json.dumps(r))
     return 0

@@ -1,10 +1,13 @@
 """Summarise what `bench/step_sweep.py --tables`, `--switch` or `--per-graph` printed: per variant (a named
 table, the switch on / off, steps per graph), the median step of its two passes at each (context, rows), against
 the baseline in the same run (the table "base", the switch off, one step per graph), plus any per-kernel
-breakdowns and errors.
+breakdowns and errors. A `--token-tree` run: per context, the median of one row, the chains of 7 and 8 rows and
+the tree, the tree against the chain of 7 rows (today's verify).
 
     python bench/step_summary.py OUT/tables.jsonl
     python bench/step_summary.py --pick OUT/tables.jsonl     the table to adopt, or "none" (see pick)
+    python bench/step_summary.py --tree-ok OUT/tree.jsonl    "yes" where the tree's verify costs at most
+                                                             TREE_MAX_COST over the 7-row chain's at every context
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ def summarise(lines: list[dict]) -> list[str]:
             vs = f" ({us / base[(ctx, rows)] - 1:+.1%} vs {base_label})" if (ctx, rows) in base else ""
             parts.append(f"{ctx}/{rows} {us:.1f}{vs} [{' / '.join(f'{x:.1f}' for x in v)}]")
         out.append(f"{label}: " + " · ".join(parts))
-    return out
+    return out + tree_lines(lines)
 
 
 def medians(lines: list[dict]) -> dict[str, dict[tuple[int, int], float]]:
@@ -78,13 +81,42 @@ def pick(lines: list[dict], min_gain: float = 0.005) -> str:
     return best
 
 
+TREE_MAX_COST = 1.05  # a tree's verify may cost this much over the chain's: it commits +12-35 % per verify
+
+
+def verifies(lines: list[dict]) -> dict[int, dict[str, float]]:
+    """A --token-tree run: per context, the median step of each verify ("one row 1", "chain 7", "chain 8", "tree 8")."""
+    cells: dict[int, dict[str, list[float]]] = {}
+    for r in lines:
+        if "verify" in r and "us" in r:
+            cells.setdefault(r["ctx"], {}).setdefault(f"{r['verify']} {r['rows']}", []).append(r["us"])
+    return {ctx: {k: statistics.median(v) for k, v in by.items()} for ctx, by in cells.items()}
+
+
+def tree_lines(lines: list[dict]) -> list[str]:
+    out = []
+    for ctx, by in sorted(verifies(lines).items()):
+        tree = next((v for k, v in by.items() if k.startswith("tree")), None)
+        vs = f" (tree {tree / by['chain 7'] - 1:+.1%} vs chain 7)" if tree is not None and "chain 7" in by else ""
+        out.append(f"ctx {ctx}: " + " · ".join(f"{k} {v:.1f}" for k, v in sorted(by.items())) + vs)
+    return out
+
+
+def tree_ok(lines: list[dict]) -> str:
+    cells = verifies(lines)
+    ok = bool(cells) and all(
+        "chain 7" in by and any(k.startswith("tree") for k in by)
+        and max(v for k, v in by.items() if k.startswith("tree")) <= TREE_MAX_COST * by["chain 7"] for by in cells.values())
+    return "yes" if ok else "no"
+
+
 def main() -> int:
     args = sys.argv[1:]
-    picking = args[:1] == ["--pick"]
-    if picking:
+    mode = args[0] if args[:1] in (["--pick"], ["--tree-ok"]) else None
+    if mode:
         args = args[1:]
     if len(args) != 1:
-        print("step_summary: usage: python bench/step_summary.py [--pick] FILE.jsonl", file=sys.stderr)
+        print("step_summary: usage: python bench/step_summary.py [--pick | --tree-ok] FILE.jsonl", file=sys.stderr)
         return 2
     try:
         with open(args[0]) as f:
@@ -92,7 +124,12 @@ def main() -> int:
     except (OSError, ValueError) as exc:
         print(f"step_summary: cannot read {args[0]}: {exc}", file=sys.stderr)
         return 2
-    print(pick(lines) if picking else "\n".join(summarise(lines)))
+    if mode == "--pick":
+        print(pick(lines))
+    elif mode == "--tree-ok":
+        print(tree_ok(lines))
+    else:
+        print("\n".join(summarise(lines)))
     return 0
 
 

@@ -21,6 +21,8 @@ speed does not depend on the values, so nothing needs staging). Prints JSON line
 - --per-graph 1,4,16: the step (1 and 7 rows) at each context captured that many times over in one graph, per
   step, two passes: how much a graph boundary between steps costs (a step alone per replay has no programmatic
   dependent launch into the next one, and waits for the graph's completion).
+- --token-tree: the verify of a token tree (TREE_SHAPE, 8 rows: each row's keys gathered from its ancestors'
+  slots) against one row and chains of 7 and 8 rows at each context, three passes, alternating.
 - --shape NAME: a guard shape's random model instead of the bundled one (with --sweep: its own table keys).
 - --tree PATH: import engine/ and kernels/ from another checkout (the previous main), to time its
   step with this same clock.
@@ -62,6 +64,8 @@ def _args():
     ap.add_argument("--per-graph", default=None,
                     help="only the step at each context and row count, captured this many times per graph (comma-separated), "
                     "microseconds per step, two passes")
+    ap.add_argument("--token-tree", action="store_true",
+                    help="the verify of a token tree (TREE_SHAPE, 8 rows) against chains of 7 and 8 rows and one row, alternating")
     ap.add_argument("--attn-splits", default=None,
                     help="only the step at each context and row count with these keys per attention split "
                     "(comma-separated; 0 = default_split), each split's pass after the other, twice")
@@ -89,6 +93,9 @@ def step_shapes(c) -> dict[str, tuple[str, int, int]]:
 
 
 LC = tuning.LaunchConfig
+# --token-tree's tree: a best-first tree's usual shape at 7 drafts (the root's first two children, the first
+# grown three deep, the second two), 8 rows
+TREE_SHAPE = [-1, 0, 0, 1, 1, 2, 3, 5]
 CANDIDATES = {
     "qkv": [LC(block_n=bn, block_k=bk, num_warps=w, num_stages=s) for bn in (0, 16) for bk in (64, 128)
             for w, s in ((4, 4), (2, 4))],
@@ -240,6 +247,14 @@ def main() -> int:
                     for rows in (1, 7):
                         emit(tree=tree, per_graph=k, rep=rep, ctx=ctx, rows=rows,
                              us=step_us(model, ctx, rows, ARGS.replays, per_graph=k))
+        return 0
+    if ARGS.token_tree:
+        for rep in range(3):
+            for ctx in contexts:
+                for name, rows, parents in (("one row", 1, None), ("chain", 7, None), ("chain", 8, None),
+                                            ("tree", len(TREE_SHAPE), TREE_SHAPE)):
+                    emit(tree=tree, verify=name, rep=rep, ctx=ctx, rows=rows,
+                         us=step_us(model, ctx, rows, ARGS.replays, parents=parents))
         return 0
     if ARGS.attn_splits:
         from kernels.decode_attention import default_split

@@ -24,7 +24,8 @@ from kernels.common import norm_ahead
 from kernels.decode_attention import AttentionWorkspace, attention_reference, attention_triton, default_split
 from kernels.embedding import block_inputs_reference, block_inputs_triton, embedding_reference, embedding_triton
 from kernels.fused_linear import NormAhead, fused_linear_reference, fused_linear_triton
-from kernels.greedy_commit import greedy_commit_reference, greedy_commit_triton, rows_from_base_reference, rows_from_base_triton
+from kernels.greedy_commit import (greedy_commit_reference, greedy_commit_triton, rows_from_base_reference, rows_from_base_triton,
+                                   tree_commit_reference, tree_commit_triton)
 from kernels.persistent_step import PersistentBuffers, check_persistent, persistent_step_triton
 from kernels.qkv_rope import qkv_rope_reference, qkv_rope_triton
 from kernels.prefill import rope_prefill_reference, rope_prefill_triton, silu_mul_reference, silu_mul_triton
@@ -69,15 +70,17 @@ class Ops:
         self.fused_linear = fused_linear_triton if t else fused_linear_reference
         self.qkv_rope = qkv_rope_triton if t else qkv_rope_reference
         self.greedy_commit = greedy_commit_triton if t else greedy_commit_reference
+        self.tree_commit = tree_commit_triton if t else tree_commit_reference
         # the DSpark drafter's inputs: its block's rows and key windows, and the positions of the rows just committed
         self.block_inputs = block_inputs_triton if t else block_inputs_reference
         self.rows_from_base = rows_from_base_triton if t else rows_from_base_reference
 
-    def attention(self, q, k_cache, v_cache, kv_start, kv_end, workspace, fresh=None):
-        """fresh: the positions the kernel just before wrote into these caches (attention_triton)."""
+    def attention(self, q, k_cache, v_cache, kv_start, kv_end, workspace, fresh=None, tree=None):
+        """fresh: the positions the kernel just before wrote into these caches (attention_triton); tree: a
+        token tree's ancestors (then fresh: the rows' positions)."""
         if self.backend == "triton":
-            return attention_triton(q, k_cache, v_cache, kv_start, kv_end, workspace, fresh=fresh)
-        return attention_reference(q, k_cache, v_cache, kv_start, kv_end)
+            return attention_triton(q, k_cache, v_cache, kv_start, kv_end, workspace, fresh=fresh, tree=tree)
+        return attention_reference(q, k_cache, v_cache, kv_start, kv_end, tree=tree, positions=fresh)
 
 
 class KVCache:
@@ -238,14 +241,18 @@ class Transformer:
         return out, captured
 
     # -- the decode / verify step ---------------------------------------------------------------
-    def step(self, io: "StepIO", m: int, cache: KVCache) -> None:
+    def step(self, io: "StepIO", m: int, cache: KVCache, tree: bool = False) -> None:
         """Runs rows 0..m-1 of `io` (tokens at io.positions, each seeing keys [kv_start, kv_end)),
         writing logits into io.logits and the residual after each capture layer into io.capture.
-        On the torch backend all STEP_ROWS rows are computed (fixed shapes keep rows invariant)."""
+        On the torch backend all STEP_ROWS rows are computed (fixed shapes keep rows invariant).
+        tree: the rows are a token tree (StepIO.set_tree): row r's keys go to slot io.slots[r] and it sees
+        its ancestors' (io.tree); each row's logits are the bits it would get in a chain or alone."""
         c = self.config
         ops = self.ops
         triton_path = ops.backend == "triton"
         rows = m if triton_path else STEP_ROWS
+        if tree and io.persistent is not None:
+            raise ValueError("the persistent step does not verify token trees")
         if triton_path and io.persistent is not None:
             x = persistent_step_triton(self, io, rows, cache, io.persistent)
             ops.fused_linear(x, self.lm_head, norm_weight=self.norm, eps=c.norm_eps, out=io.logits[:rows])
@@ -259,8 +266,10 @@ class Transformer:
         for i, lw in enumerate(self.layers):
             kc, vc = cache.k[i, 0], cache.v[i, 0]
             q = ops.qkv_rope(x, lw.attn_norm, lw.wqkv, lw.bqkv, lw.q_norm, lw.k_norm, self.cos, self.sin,
-                             pos if triton_path else pos.long(), kc, vc, c.n_heads, c.n_kv_heads, c.norm_eps, ahead=qkv_norm)
-            a = ops.attention(q, kc, vc, io.kv_start[:rows], io.kv_end[:rows], io.workspace, fresh=pos)
+                             pos if triton_path else pos.long(), kc, vc, c.n_heads, c.n_kv_heads, c.norm_eps, ahead=qkv_norm,
+                             slots=io.slots[:rows] if tree else None)
+            a = ops.attention(q, kc, vc, io.kv_start[:rows], io.kv_end[:rows], io.workspace, fresh=pos,
+                              tree=io.tree if tree else None)
             ffn_norm = NormAhead(lw.ffn_norm, self.dtype) if ahead_ffn else None
             x = ops.fused_linear(a, lw.wo, residual=x, ahead_out=ffn_norm)
             h = ops.fused_linear(x, lw.w_gate, norm_weight=lw.ffn_norm, eps=c.norm_eps, up_weight=lw.w_up, out_dtype=self.dtype,
@@ -298,6 +307,12 @@ class StepIO:
         self.positions = torch.zeros(STEP_ROWS, dtype=torch.int32, device=dev)
         self.kv_start = torch.zeros(STEP_ROWS, dtype=torch.int32, device=dev)
         self.kv_end = torch.ones(STEP_ROWS, dtype=torch.int32, device=dev)
+        # a token tree's verify (Transformer.step(tree=True)): each row's cache slot, its ancestors (tree[r, i]:
+        # the row of r's depth-i ancestor, r itself at its depth) and parent (-1: the root, row 0); written by
+        # the DSpark tree head before every tree verify (or set_tree), never by set_rows or the chain's commit
+        self.slots = torch.zeros(STEP_ROWS, dtype=torch.int32, device=dev)
+        self.tree = torch.zeros((STEP_ROWS, STEP_ROWS), dtype=torch.int32, device=dev)
+        self.parents = torch.full((STEP_ROWS,), -1, dtype=torch.int32, device=dev)
         if split is None:
             split = default_split(capacity)
         self.workspace = AttentionWorkspace(STEP_ROWS, c.n_heads, c.head_dim, capacity, split, dev)
@@ -316,3 +331,36 @@ class StepIO:
         self.positions.copy_(r)
         self.kv_start.zero_()
         self.kv_end.copy_(r + 1)
+
+    def set_tree(self, tokens: list[int], parents: list[int], base: int) -> None:
+        """Row 0 (tokens[0], parent -1) at position base, row c a child of row parents[c] < c at base + its
+        depth; every row's keys at slot base + c (the rows after the tree's: a chain beyond it)."""
+        n = len(tokens)
+        if len(parents) != n or n > STEP_ROWS or parents[0] != -1 or any(not 0 <= p < c for c, p in enumerate(parents) if c):
+            raise ValueError("a tree: at most STEP_ROWS rows, row 0 the root (-1), every other row's parent before it")
+        self.set_rows(tokens, base)
+        tree, depth = tree_ancestors(parents)
+        pos = torch.tensor([base + d for d in depth], dtype=torch.int32)
+        self.positions[:n] = pos
+        self.kv_end[:n] = pos + 1
+        self.slots.copy_(torch.arange(STEP_ROWS, dtype=torch.int32) + base)
+        self.tree.copy_(tree)
+        self.parents.copy_(torch.tensor(parents + list(range(n - 1, STEP_ROWS - 1)), dtype=torch.int32))
+
+
+def tree_ancestors(parents: list[int]) -> tuple[torch.Tensor, list[int]]:
+    """A tree's StepIO.tree ([STEP_ROWS, STEP_ROWS] int32, a chain past its rows) and its rows' depths."""
+    tree = chain_tree(STEP_ROWS)
+    depth = [0] * len(parents)
+    for c in range(1, len(parents)):
+        depth[c] = depth[parents[c]] + 1
+        tree[c, : depth[c]] = tree[parents[c], : depth[c]]
+        tree[c, depth[c]:] = 0
+        tree[c, depth[c]] = c
+    return tree, depth
+
+
+def chain_tree(rows: int) -> torch.Tensor:
+    """The ancestors of a chain (row r's depth-i ancestor is row i): [rows, rows] int32."""
+    i = torch.arange(rows, dtype=torch.int32)
+    return torch.where(i[None, :] <= i[:, None], i[None, :], torch.zeros((), dtype=torch.int32))

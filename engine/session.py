@@ -49,26 +49,36 @@ class Session:
         self.io = StepIO(model, capacity, capture_layers, split)
         self.out_tokens = torch.zeros(capacity + STEP_ROWS, dtype=torch.int64, device=model.device)
         self.state = torch.zeros(STATE_SIZE, dtype=torch.int64, device=model.device)
-        self._steps: dict[tuple[int, bool], Replayable] = {}
+        self._steps: dict[tuple[int, bool, bool], Replayable] = {}
         self._prefills: OrderedDict[int, PrefillGraph] = OrderedDict()  # by prompt length, oldest use first
         self._prefill_seen: set[int] = set()
-        self.extras: dict[str, object] = {}  # e.g. the DSpark drafter's own session
+        self.extras: dict[object, object] = {}  # e.g. the DSpark drafter's own session
 
-    def step(self, m: int, commit: bool) -> Replayable:
-        """The step over m rows, optionally followed by the greedy commit; captured on first use."""
-        key = (m, commit)
+    def step(self, m: int, commit: bool, tree: bool = False) -> Replayable:
+        """The step over m rows, optionally followed by the greedy commit; captured on first use. tree: the
+        rows are a token tree (StepIO.set_tree, the DSpark tree head), committed by the tree commit."""
+        key = (m, commit, tree)
         if key not in self._steps:
             model, io, cache = self.model, self.io, self.cache
 
             def run() -> None:
-                model.step(io, m, cache)
+                model.step(io, m, cache, tree=tree)
                 if commit:
-                    model.ops.greedy_commit(io.logits, io.tokens, io.positions, io.kv_end, self.out_tokens, self.state, m)
+                    self.commit(m, tree)
 
             with self.preserved():
                 self._steps[key] = Replayable(run, model.device, self.use_graphs)
             io.check()
         return self._steps[key]
+
+    def commit(self, m: int, tree: bool, hist: torch.Tensor | None = None) -> None:
+        """The greedy commit of the step just run over m rows (a chain's, or a token tree's)."""
+        io, ops = self.io, self.model.ops
+        if tree:
+            ops.tree_commit(io.logits, io.tokens, io.positions, io.kv_end, self.out_tokens, self.state, m, io.parents, io.slots,
+                            self.cache.k, self.cache.v, io.capture_rows, hist=hist)
+        else:
+            ops.greedy_commit(io.logits, io.tokens, io.positions, io.kv_end, self.out_tokens, self.state, m, hist=hist)
 
     def prefill_graph(self, length: int) -> "PrefillGraph | None":
         """The captured prefill of a `length`-token prompt, or None (run it eagerly). The eager prefill
@@ -90,7 +100,8 @@ class Session:
 
     def preserved(self):
         """Capturing runs the work once for real: keep the step's inputs and outputs as they were."""
-        return Preserved([self.io.tokens, self.io.positions, self.io.kv_start, self.io.kv_end, self.out_tokens, self.state])
+        io = self.io
+        return Preserved([io.tokens, io.positions, io.kv_start, io.kv_end, io.slots, io.tree, io.parents, self.out_tokens, self.state])
 
 
 PREFILL_GRAPHS = 4  # captured prefill lengths per session (the bot's windows come in three lengths)

@@ -34,9 +34,17 @@ def attention_reference(
     kv_start: torch.Tensor,
     kv_end: torch.Tensor,
     scale: float | None = None,
+    tree: torch.Tensor | None = None,
+    positions: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """q [M, H, D]; caches [KVH, CAP, D]. Attention over the whole cache with a mask: every shape is
-    fixed by the capacity, so this too is batch-invariant (it is the CPU path). Returns [M, H*D]."""
+    fixed by the capacity, so this too is batch-invariant (it is the CPU path). Returns [M, H*D].
+
+    tree ([M', W] int, M' >= M: a token tree's ancestors, tree_rows) with `positions` (the rows' positions,
+    row 0 the root at `base`): row r's key at position base + i (i <= its depth) is at slot base + tree[r, i].
+    The scores are taken against the cache as it lies, put in position order for the mask and the softmax
+    (the same values at the same places as for a chain or a lone row), and the probabilities put back at
+    their slots for the product with V, where the tree's other slots hold exact zeros."""
     m, h, d = q.shape
     kvh, cap, _ = k_cache.shape
     g = h // kvh
@@ -47,10 +55,27 @@ def attention_reference(
     start = kv_start.repeat_interleave(g)
     end = kv_end.repeat_interleave(g)
     mask = (pos[None, :] >= start[:, None]) & (pos[None, :] < end[:, None])
+    slot = None
+    if tree is not None:
+        slot = tree_slots_reference(tree[:m], positions[:m], cap).repeat_interleave(g, dim=0)  # [M*G, CAP]
+        scores = scores.gather(-1, slot[None].expand(kvh, -1, -1))
     scores = scores.masked_fill(~mask[None], float("-inf"))
     p = torch.softmax(scores, dim=-1)
+    if slot is not None:
+        p = torch.zeros_like(p).scatter_add_(-1, slot[None].expand(kvh, -1, -1), p)
     out = torch.bmm(p, v_cache.float())  # [KVH, M*G, D]
     return out.reshape(kvh, m, g, d).permute(1, 0, 2, 3).reshape(m, h * d).to(q.dtype)
+
+
+def tree_slots_reference(tree: torch.Tensor, positions: torch.Tensor, cap: int) -> torch.Tensor:
+    """[M, CAP] int64: the slot of each row's key at each position (tree_slot, for every position at once).
+    Reads the root's position on the host: the torch path is not captured."""
+    m, w = tree.shape
+    base = int(positions[0])
+    slot = torch.arange(cap, device=tree.device).repeat(m, 1)
+    for i in range(min(w, cap - base)):
+        slot[:, base + i] = base + tree[:, i].long()
+    return slot
 
 
 @triton.jit
@@ -106,18 +131,59 @@ def attn_split_store(split, row, head, r_mask, m_i, l_i, acc, out_ptr, lse_ptr, 
 
 
 @triton.jit
+def attn_block_load(k_ptr, v_ptr, kvh, cache_head_stride, at, in_cache, HD: tl.constexpr):
+    """A block of keys and values of KV head kvh at cache slots `at` (loaded where in_cache, [BLOCK_KV, 1]):
+    their addresses (to load them again) and their values."""
+    d = tl.arange(0, HD)
+    k_at = k_ptr + kvh * cache_head_stride + at[:, None] * HD + d[None, :]
+    v_at = v_ptr + kvh * cache_head_stride + at[:, None] * HD + d[None, :]
+    return k_at, v_at, tl.load(k_at, mask=in_cache, other=0.0), tl.load(v_at, mask=in_cache, other=0.0)
+
+
+@triton.jit
+def tree_slot(kpos, base, anc_ptr, tree_row, ANC_W: tl.constexpr):
+    """The cache slot of key position kpos for a token tree's row `tree_row`: the tree's rows hold their
+    keys at slots base + row, so the key a row sees at position base + i (i <= its depth) is its depth-i
+    ancestor's, anc[tree_row, i]; positions before base are the committed prefix, at their own slots."""
+    i = kpos - base
+    fresh = (i >= 0) & (i < ANC_W)
+    a = tl.load(anc_ptr + tree_row * ANC_W + i, mask=fresh, other=0)
+    return tl.where(fresh, base + a, kpos)
+
+
+@triton.jit
+def tree_owned(split, base, pos, SPLIT: tl.constexpr):
+    """Whether a row at position `pos` of a tree rooted at `base` sees a key of the tree in `split`: such
+    (row, split) pairs are computed by the row's own programs, with the row's keys gathered (tree_slot)."""
+    return (split >= base // SPLIT) & (split * SPLIT <= pos)
+
+
+@triton.jit
 def attn_split_tile(
     kvh, split, q_ptr, k_ptr, v_ptr, start_ptr, end_ptr, out_ptr, lse_ptr,
     M, H, CAP, cache_head_stride, n_splits, scale_log2,
     G: tl.constexpr, HD: tl.constexpr, SPLIT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_KV: tl.constexpr,
     IEEE: tl.constexpr, UPCAST: tl.constexpr, CACHE: tl.constexpr,
+    TREE: tl.constexpr = False, pos_ptr=None, anc_ptr=None, tree_row=-1, ANC_W: tl.constexpr = 8,
 ):
     """Pass 1 for one (KV head, split): every row and query head of the group against the split's keys.
-    CACHE: the load cache modifier of q and the cache (see fused_linear.linear_tile)."""
+    CACHE: the load cache modifier of q and the cache (see fused_linear.linear_tile). TREE (a token tree's
+    verify, `pos_ptr` the rows' positions, `anc_ptr` their ancestors): with tree_row < 0 the rows whose keys
+    in this split are the tree's are left to their own programs (tree_owned) and not stored; with
+    tree_row >= 0 only that row is computed and stored, its keys gathered (tree_slot). The arithmetic on
+    the keys is the same either way, so a tree's row gives the bits of the same row in a chain or alone."""
     row, head, r_mask, kv_start, kv_end, q = attn_split_rows(kvh, q_ptr, start_ptr, end_ptr, M, H, G, HD, BLOCK_R, CACHE)
     d = tl.arange(0, HD)
     lo = split * SPLIT
     hi = tl.minimum(lo + SPLIT, tl.max(kv_end, axis=0))
+    keep = r_mask
+    if TREE:
+        base = tl.load(pos_ptr)
+        if tree_row >= 0:
+            keep = r_mask & (row == tree_row)
+            hi = tl.minimum(lo + SPLIT, tl.load(pos_ptr + tree_row) + 1)
+        else:
+            keep = r_mask & (tree_owned(split, base, tl.load(pos_ptr + row, mask=r_mask, other=0), SPLIT) == 0)
     m_i = tl.full([BLOCK_R], -1.0e30, dtype=tl.float32)
     l_i = tl.zeros([BLOCK_R], dtype=tl.float32)
     acc = tl.zeros([BLOCK_R, HD], dtype=tl.float32)
@@ -126,10 +192,14 @@ def attn_split_tile(
     for kb in range(lo, hi, BLOCK_KV):
         kpos = kb + tl.arange(0, BLOCK_KV)
         in_cache = (kpos < CAP)[:, None]
-        k = tl.load(k_base + kpos[:, None] * HD + d[None, :], mask=in_cache, other=0.0, cache_modifier=CACHE)
-        v = tl.load(v_base + kpos[:, None] * HD + d[None, :], mask=in_cache, other=0.0, cache_modifier=CACHE)
+        at = kpos
+        if TREE:
+            if tree_row >= 0:
+                at = tree_slot(kpos, base, anc_ptr, tree_row, ANC_W)
+        k = tl.load(k_base + at[:, None] * HD + d[None, :], mask=in_cache, other=0.0, cache_modifier=CACHE)
+        v = tl.load(v_base + at[:, None] * HD + d[None, :], mask=in_cache, other=0.0, cache_modifier=CACHE)
         m_i, l_i, acc = attn_block(q, k, v, kpos, kv_start, kv_end, m_i, l_i, acc, scale_log2, IEEE, UPCAST)
-    attn_split_store(split, row, head, r_mask, m_i, l_i, acc, out_ptr, lse_ptr, H, n_splits, HD)
+    attn_split_store(split, row, head, keep, m_i, l_i, acc, out_ptr, lse_ptr, H, n_splits, HD)
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -139,24 +209,68 @@ def _attn_split_kernel(
     G: tl.constexpr, HD: tl.constexpr, SPLIT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_KV: tl.constexpr,
     IEEE: tl.constexpr, UPCAST: tl.constexpr, PREFETCH_LINES: tl.constexpr, ELEM_BYTES: tl.constexpr,
     USE_PDL: tl.constexpr, PRELOAD: tl.constexpr, trace_ptr, TRACE: tl.constexpr,
+    anc_ptr, TREE: tl.constexpr, ANC_W: tl.constexpr, FS: tl.constexpr,
 ):
+    """TREE: programs (kvh, n_splits + r * FS + w) compute row r's split base // SPLIT + w alone, with its keys
+    gathered (attn_split_tile); fresh_ptr holds the rows' positions."""
     kvh = tl.program_id(0)
     split = tl.program_id(1)
     pid = kvh * tl.num_programs(1) + split
     if TRACE:  # phase stamps (common.stamp): 2 and 3 only where the split is one block read before the wait
         stamp_now(trace_ptr, pid, 0)
-    if PRELOAD:
+    if TREE and split >= n_splits and PRELOAD:
+        # A tree row's own split, one block: its keys gathered (tree_slot) and loaded before the dependency wait,
+        # those of the tree's slots loaded again after it (the layer's QKV, the launch just before, writes them).
+        # The rows' positions and ancestors are read before the wait too: the tree's drafter head wrote them
+        # launches earlier, and a kernel two or more launches back is complete once the one just before has
+        # passed its own wait (pdl_start), which this launch follows; from L2 (".cg": no stale copy in L1).
+        tree_row = (split - n_splits) // FS
+        base = tl.load(fresh_ptr, cache_modifier=".cg")
+        own = base // SPLIT + (split - n_splits) % FS
+        lo = own * SPLIT
+        kpos = lo + tl.arange(0, BLOCK_KV)
+        i = kpos - base
+        in_tree = (i >= 0) & (i < ANC_W)
+        at = tl.where(in_tree, base + tl.load(anc_ptr + tree_row * ANC_W + i, mask=in_tree, other=0, cache_modifier=".cg"),
+                      kpos)
+        mine = lo <= tl.load(fresh_ptr + tree_row, cache_modifier=".cg")  # the row sees a key of this split
+        # (a row's second split is most often past its position: nothing to load)
+        in_cache = ((kpos < CAP) & ((tl.zeros([BLOCK_KV], tl.int32) + mine.to(tl.int32)) > 0))[:, None]
+        k_at, v_at, k, v = attn_block_load(k_ptr, v_ptr, kvh, cache_head_stride, at, in_cache, HD)
+        pdl_start(USE_PDL)
+        if TRACE:
+            stamp_now(trace_ptr, pid, 1)
+        row, head, r_mask, kv_start, kv_end, q = attn_split_rows(kvh, q_ptr, start_ptr, end_ptr, M, H, G, HD, BLOCK_R, "")
+        again = in_cache & in_tree[:, None]
+        k = tl.load(k_at, mask=again, other=k)
+        v = tl.load(v_at, mask=again, other=v)
+        m_i = tl.full([BLOCK_R], -1.0e30, dtype=tl.float32)
+        l_i = tl.zeros([BLOCK_R], dtype=tl.float32)
+        acc = tl.zeros([BLOCK_R, HD], dtype=tl.float32)
+        if mine:
+            m_i, l_i, acc = attn_block(q, k, v, kpos, kv_start, kv_end, m_i, l_i, acc, scale_log2, IEEE, UPCAST)
+        keep = r_mask & (row == tree_row) & ((tl.zeros([BLOCK_R], tl.int32) + mine.to(tl.int32)) > 0)
+        attn_split_store(own, row, head, keep, m_i, l_i, acc, out_ptr, lse_ptr, H, n_splits, HD)
+    elif TREE and split >= n_splits:
+        # a tree row's own split of several blocks: everything after the wait (attn_split_tile gathers the keys)
+        pdl_start(USE_PDL)
+        if TRACE:
+            stamp_now(trace_ptr, pid, 1)
+        tree_row = (split - n_splits) // FS
+        own = tl.load(fresh_ptr) // SPLIT + (split - n_splits) % FS
+        if own * SPLIT <= tl.load(fresh_ptr + tree_row):
+            attn_split_tile(kvh, own, q_ptr, k_ptr, v_ptr, start_ptr, end_ptr, out_ptr, lse_ptr, M, H, CAP,
+                            cache_head_stride, n_splits, scale_log2, G, HD, SPLIT, BLOCK_R, BLOCK_KV, IEEE, UPCAST, "",
+                            True, fresh_ptr, anc_ptr, tree_row, ANC_W)
+    elif PRELOAD:
         # The split is one block of keys (SPLIT == BLOCK_KV), loaded before the dependency wait: the kernel
         # before this one (the layer's QKV) writes the cache only at its rows' positions (fresh_ptr), and a
         # block holding one of them is loaded again after the wait. The arithmetic is attn_split_tile's.
+        # (A tree's rows see the tree's keys only in their own programs: no block is loaded again.)
         lo = split * SPLIT
         kpos = lo + tl.arange(0, BLOCK_KV)
-        d = tl.arange(0, HD)
         in_cache = (kpos < CAP)[:, None]
-        k_at = k_ptr + kvh * cache_head_stride + kpos[:, None] * HD + d[None, :]
-        v_at = v_ptr + kvh * cache_head_stride + kpos[:, None] * HD + d[None, :]
-        k = tl.load(k_at, mask=in_cache, other=0.0)
-        v = tl.load(v_at, mask=in_cache, other=0.0)
+        k_at, v_at, k, v = attn_block_load(k_ptr, v_ptr, kvh, cache_head_stride, kpos, in_cache, HD)
         pdl_start(USE_PDL)
         if TRACE:
             stamp_now(trace_ptr, pid, 1)
@@ -165,7 +279,10 @@ def _attn_split_kernel(
             stamp(trace_ptr, pid, 2, q)
         rr = tl.arange(0, BLOCK_R)
         fresh = tl.load(fresh_ptr + rr, mask=rr < M, other=-1)
-        if tl.max(((fresh >= lo) & (fresh < lo + BLOCK_KV)).to(tl.int32), axis=0) > 0:
+        keep = r_mask
+        if TREE:
+            keep = r_mask & (tree_owned(split, tl.load(fresh_ptr), tl.load(fresh_ptr + row, mask=r_mask, other=0), SPLIT) == 0)
+        elif tl.max(((fresh >= lo) & (fresh < lo + BLOCK_KV)).to(tl.int32), axis=0) > 0:
             k = tl.load(k_at, mask=in_cache, other=0.0)
             v = tl.load(v_at, mask=in_cache, other=0.0)
         m_i = tl.full([BLOCK_R], -1.0e30, dtype=tl.float32)
@@ -175,7 +292,7 @@ def _attn_split_kernel(
             m_i, l_i, acc = attn_block(q, k, v, kpos, kv_start, kv_end, m_i, l_i, acc, scale_log2, IEEE, UPCAST)
         if TRACE:
             stamp(trace_ptr, pid, 3, acc)
-        attn_split_store(split, row, head, r_mask, m_i, l_i, acc, out_ptr, lse_ptr, H, n_splits, HD)
+        attn_split_store(split, row, head, keep, m_i, l_i, acc, out_ptr, lse_ptr, H, n_splits, HD)
     else:
         if PREFETCH_LINES > 0:
             attn_prefetch(kvh, split, k_ptr, v_ptr, CAP, cache_head_stride, HD, SPLIT, PREFETCH_LINES, ELEM_BYTES, USE_PDL)
@@ -183,7 +300,8 @@ def _attn_split_kernel(
         if TRACE:
             stamp_now(trace_ptr, pid, 1)
         attn_split_tile(kvh, split, q_ptr, k_ptr, v_ptr, start_ptr, end_ptr, out_ptr, lse_ptr, M, H, CAP,
-                        cache_head_stride, n_splits, scale_log2, G, HD, SPLIT, BLOCK_R, BLOCK_KV, IEEE, UPCAST, "")
+                        cache_head_stride, n_splits, scale_log2, G, HD, SPLIT, BLOCK_R, BLOCK_KV, IEEE, UPCAST, "",
+                        TREE, fresh_ptr, anc_ptr, -1, ANC_W)
     if TRACE:
         stamp_now(trace_ptr, pid, 4)
 
@@ -268,11 +386,14 @@ def attention_triton(
     out: torch.Tensor | None = None,
     scale: float | None = None,
     fresh: torch.Tensor | None = None,
+    tree: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Attention of q's rows over the caches, each row over its keys [kv_start, kv_end), into out [M, H*D].
     fresh: the positions (int32, one per row of q) at which the kernel launched just before this one wrote
     these caches (the layer's QKV); keys elsewhere are then read before the dependency wait (preload_on).
-    None: every key is read after it."""
+    None: every key is read after it. tree: a token tree's ancestors ([rows, W] int32, see
+    attention_reference), fresh then the rows' positions (required): the tree's keys lie at slots
+    base + row, each row sees its own ancestors' at base + depth."""
     m, h, d = q.shape
     kvh, cap, _ = k_cache.shape
     g = h // kvh
@@ -293,15 +414,24 @@ def attention_triton(
     ns = workspace.n_splits
     pdl = pdl_args(q)
     preload = fresh is not None and split == block_kv and preload_on()
-    if preload and (fresh.dtype != torch.int32 or fresh.shape[0] < m):
+    if tree is not None:
+        if fresh is None or fresh.dtype != torch.int32 or fresh.shape[0] < m:
+            raise ValueError("attention: a tree needs the rows' int32 positions (fresh)")
+        if tree.dtype != torch.int32 or tree.shape[0] < m or not tree.is_contiguous():
+            raise ValueError("attention: tree must be a contiguous int32 [rows, width] table of ancestors")
+    elif preload and (fresh.dtype != torch.int32 or fresh.shape[0] < m):
         raise ValueError("attention: fresh must hold an int32 position for each row of q")
+    anc_w = tree.shape[1] if tree is not None else 1
+    fs = 1 + triton.cdiv(anc_w - 1, split) if tree is not None else 0  # splits a tree's positions can span
+    grid = (kvh, ns + m * fs)
     lines = prefetch_lines(split * d * k_cache.element_size()) if prefetch_on(pdl, k_cache.nbytes + v_cache.nbytes) else 0
-    _attn_split_kernel[(kvh, ns)](
-        q, k_cache, v_cache, kv_start, kv_end, fresh if preload else kv_end, workspace.part, workspace.lse,
-        m, h, cap, k_cache.stride(0), ns, scale * LOG2E,
+    _attn_split_kernel[grid](
+        q, k_cache, v_cache, kv_start, kv_end, fresh if (preload or tree is not None) else kv_end, workspace.part,
+        workspace.lse, m, h, cap, k_cache.stride(0), ns, scale * LOG2E,
         G=g, HD=d, SPLIT=split, BLOCK_R=block_r, BLOCK_KV=block_kv, UPCAST=UPCAST_DOT, IEEE=q.dtype == torch.float32,
         PREFETCH_LINES=lines, ELEM_BYTES=k_cache.element_size(), PRELOAD=preload, num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages, **pdl, **trace_args("attn", kvh * ns, out),
+        num_stages=cfg.num_stages, **pdl, **trace_args("attn", grid[0] * grid[1], out),
+        anc_ptr=tree if tree is not None else kv_end, TREE=tree is not None, ANC_W=anc_w, FS=max(fs, 1),
     )
     return attention_combine(workspace, m, out)
 

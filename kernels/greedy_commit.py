@@ -37,10 +37,18 @@ def greedy_commit_reference(
     j = 0
     while j < m - 1 and int(tokens[j + 1]) == int(t[j]):
         j += 1
+    commit_rows_reference(t[: j + 1], tokens, positions, kv_end, out_tokens, state, hist)
+
+
+def commit_rows_reference(committed: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, kv_end: torch.Tensor,
+                          out_tokens: torch.Tensor, state: torch.Tensor, hist: torch.Tensor | None) -> None:
+    """The commit's writes once the j accepted drafts and the bonus (`committed`, j + 1 tokens) are known: the
+    output, the next step's inputs (the bonus at base = old base + j + 1, rows consecutive) and the state."""
+    j = committed.shape[0] - 1
     n = int(state[STATE_COMMITTED])
-    out_tokens[n : n + j + 1] = t[: j + 1].to(out_tokens.dtype)
+    out_tokens[n : n + j + 1] = committed.to(out_tokens.dtype)
     base = int(state[STATE_BASE]) + j + 1
-    tokens[0] = t[j]
+    tokens[0] = committed[j]
     rows = positions.shape[0]
     positions.copy_(torch.arange(base, base + rows, dtype=positions.dtype))
     kv_end.copy_(positions + 1)
@@ -152,3 +160,160 @@ def rows_from_base_triton(state: torch.Tensor, out: torch.Tensor) -> torch.Tenso
     _rows_from_base_kernel[(1,)](state, out, out.shape[0], BLOCK_ROWS=triton.next_power_of_2(max(out.shape[0], 2)),
                                  num_warps=1, **pdl_args(out))
     return out
+
+
+# -- a token tree's commit ------------------------------------------------------------------------------
+# The verify's rows are a tree (row 0 the last committed token, row c a draft whose parent row is
+# parents[c] < c, at position base + its depth, its keys at slot base + c). The commit walks it from the
+# root: at row `node` the target's argmax t_node is accepted if a child of `node` holds it (the first such
+# child: a tree never holds one token twice under one parent); the walk's rows path[0..j] give the j
+# accepted drafts and the bonus t_{path[j]}, committed as the chain's are. Their keys and values (every
+# layer) and their captured residuals are then moved to where a chain would have put them (slot and
+# capture row base + i, i), so the cache holds the committed text in order and the next step is the
+# chain's.
+
+
+def tree_path_reference(t: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor, m: int) -> list[int]:
+    """The accepted rows from the root: t [m] the rows' argmaxes."""
+    path, node = [0], 0
+    for _ in range(m - 1):
+        nxt = [c for c in range(1, m) if int(parents[c]) == node and int(tokens[c]) == int(t[node])]
+        if not nxt:
+            break
+        node = nxt[0]
+        path.append(node)
+    return path
+
+
+def tree_commit_reference(
+    logits: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, kv_end: torch.Tensor,
+    out_tokens: torch.Tensor, state: torch.Tensor, m: int, parents: torch.Tensor, slots: torch.Tensor,
+    k_cache: torch.Tensor, v_cache: torch.Tensor, capture_rows: torch.Tensor, hist: torch.Tensor | None = None,
+) -> None:
+    """greedy_commit_reference for a tree (see above). k_cache, v_cache [layers, kv_heads, capacity, head_dim]
+    (or with a batch dimension of one after layers); capture_rows [rows, width]; slots[0] the root's slot."""
+    t = torch.argmax(logits[:m].float(), dim=-1)
+    path = tree_path_reference(t, tokens, parents, m)
+    j = len(path) - 1
+    base_slot = int(slots[0])
+    if j:
+        src = torch.tensor([base_slot + p for p in path[1:]], device=k_cache.device)
+        dst = torch.arange(base_slot + 1, base_slot + 1 + j, device=k_cache.device)
+        for cache in (k_cache, v_cache):
+            cache.index_copy_(-2, dst, cache.index_select(-2, src))
+        rows = torch.tensor(path[1:], device=capture_rows.device)
+        capture_rows[1 : 1 + j] = capture_rows.index_select(0, rows)
+    commit_rows_reference(t[torch.tensor(path, device=t.device)], tokens, positions, kv_end, out_tokens, state, hist)
+
+
+@triton.jit
+def tree_walk(pmax_ptr, pidx_ptr, tokens_ptr, parents_ptr, M, NCH, BLOCK_S: tl.constexpr, BLOCK_ROWS: tl.constexpr):
+    """The accepted path as a [BLOCK_ROWS] vector (path[i] for i <= j, 0 after), j, and the rows' argmaxes t."""
+    r = tl.arange(0, BLOCK_ROWS)
+    t = tl.zeros([BLOCK_ROWS], tl.int64)
+    for i in range(0, M):
+        t = tl.where(r == i, row_argmax(pmax_ptr, pidx_ptr, i, NCH, BLOCK_S), t)
+    toks = tl.load(tokens_ptr + r, mask=r < M, other=-1).to(tl.int64)
+    par = tl.load(parents_ptr + r, mask=(r >= 1) & (r < M), other=-1)
+    path = tl.zeros([BLOCK_ROWS], tl.int32)
+    node = tl.min(path, axis=0)  # 0: the root
+    j = node
+    going = node == 0
+    for i in range(1, M):
+        want = tl.sum(tl.where(r == node, t, 0), axis=0)
+        hit = (par == node) & (toks == want) & going
+        nxt = tl.min(tl.where(hit, r, BLOCK_ROWS), axis=0)
+        going = going & (nxt < BLOCK_ROWS)
+        node = tl.where(going, nxt, node)
+        j = tl.where(going, i, j)
+        path = tl.where((r == i) & going, nxt, path)
+    return path, j, t
+
+
+@triton.jit
+def _tree_commit_kernel(
+    pmax_ptr, pidx_ptr, tokens_ptr, parents_ptr, slots_ptr, positions_ptr, kv_end_ptr, out_ptr, state_ptr, hist_ptr,
+    k_ptr, v_ptr, cap_ptr, layer_stride, head_stride, cap_width, M, NCH, ROWS, KVH,
+    HD: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_C: tl.constexpr, HAS_HIST: tl.constexpr,
+    USE_PDL: tl.constexpr,
+):
+    """Program 0 commits (greedy_commit's stores); programs 1.. move a (layer, k or v, KV head)'s path keys,
+    the last cdiv(cap_width, BLOCK_C) programs a slice of the captured rows. Every program walks the tree
+    itself from the argmaxes' partials (the same loads, the same path), so no program waits for another."""
+    pdl_start(USE_PDL)
+    pid = tl.program_id(0)
+    path, j, t = tree_walk(pmax_ptr, pidx_ptr, tokens_ptr, parents_ptr, M, NCH, BLOCK_S, BLOCK_ROWS)
+    r = tl.arange(0, BLOCK_ROWS)
+    moved = (r >= 1) & (r <= j)
+    if pid == 0:
+        n = tl.load(state_ptr + 0)
+        last = tl.sum(tl.where(r == tl.sum(tl.where(r == j, path, 0), axis=0), t, 0), axis=0)  # t at path[j]: the bonus
+        for i in range(0, M):  # t at the path's rows, in order: the accepted drafts and the bonus
+            at = tl.sum(tl.where(r == i, path, 0), axis=0)
+            ti = tl.sum(tl.where(r == at, t, 0), axis=0)
+            tl.store(out_ptr + n + i, ti.to(out_ptr.dtype.element_ty), mask=i <= j)
+        old_base = tl.load(state_ptr + 1)
+        base = old_base + j + 1
+        tl.store(tokens_ptr + 0, last.to(tokens_ptr.dtype.element_ty))
+        tl.store(positions_ptr + r, (base + r).to(positions_ptr.dtype.element_ty), mask=r < ROWS)
+        tl.store(kv_end_ptr + r, (base + r + 1).to(kv_end_ptr.dtype.element_ty), mask=r < ROWS)
+        tl.store(state_ptr + 0, n + j + 1)
+        tl.store(state_ptr + 1, base)
+        tl.store(state_ptr + 2, j.to(tl.int64))
+        tl.store(state_ptr + 3, tl.load(state_ptr + 3) + 1)
+        tl.store(state_ptr + 4, old_base)
+        if HAS_HIST:
+            tl.store(hist_ptr + j + 1, tl.load(hist_ptr + j + 1) + 1)
+    elif pid <= tl.num_programs(0) - tl.cdiv(cap_width, BLOCK_C) - 1:
+        q = pid - 1  # (layer, k or v, head)
+        head = q % KVH
+        kv = (q // KVH) % 2
+        layer = q // (2 * KVH)
+        base_slot = tl.load(slots_ptr + 0)
+        d = tl.arange(0, HD)
+        src = (base_slot + path).to(tl.int64)
+        dst = (base_slot + r).to(tl.int64)
+        off = layer.to(tl.int64) * layer_stride + head * head_stride
+        if kv == 0:
+            keys = tl.load(k_ptr + off + src[:, None] * HD + d[None, :], mask=moved[:, None], other=0.0)
+            tl.debug_barrier()  # every source read before any destination is written: they may overlap
+            tl.store(k_ptr + off + dst[:, None] * HD + d[None, :], keys, mask=moved[:, None])
+        else:
+            values = tl.load(v_ptr + off + src[:, None] * HD + d[None, :], mask=moved[:, None], other=0.0)
+            tl.debug_barrier()
+            tl.store(v_ptr + off + dst[:, None] * HD + d[None, :], values, mask=moved[:, None])
+    else:
+        c0 = (pid - (tl.num_programs(0) - tl.cdiv(cap_width, BLOCK_C))) * BLOCK_C
+        cc = c0 + tl.arange(0, BLOCK_C)
+        mk = moved[:, None] & (cc[None, :] < cap_width)
+        rows_cap = tl.load(cap_ptr + path[:, None].to(tl.int64) * cap_width + cc[None, :], mask=mk, other=0.0)
+        tl.debug_barrier()
+        tl.store(cap_ptr + r[:, None].to(tl.int64) * cap_width + cc[None, :], rows_cap, mask=mk)
+
+
+TREE_CAPTURE_BLOCK = 512  # captured columns per program of the tree commit
+
+
+def tree_commit_triton(
+    logits: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, kv_end: torch.Tensor,
+    out_tokens: torch.Tensor, state: torch.Tensor, m: int, parents: torch.Tensor, slots: torch.Tensor,
+    k_cache: torch.Tensor, v_cache: torch.Tensor, capture_rows: torch.Tensor, hist: torch.Tensor | None = None,
+) -> None:
+    v = logits.shape[-1]
+    rows = positions.shape[0]
+    nch = triton.cdiv(v, ARGMAX_CHUNK)
+    kc, vc = (c.reshape(c.shape[0], -1, c.shape[-2], c.shape[-1]) for c in (k_cache, v_cache))  # [layers, kv_heads, cap, hd]
+    layers, kvh, _, hd = kc.shape
+    assert kc.is_contiguous() and vc.is_contiguous() and capture_rows.is_contiguous()
+    width = capture_rows.shape[1]
+    pmax = torch.empty((m, nch), dtype=torch.float32, device=logits.device)
+    pidx = torch.empty((m, nch), dtype=torch.int64, device=logits.device)
+    pdl = pdl_args(logits)
+    _argmax_partial_kernel[(m, nch)](logits, pmax, pidx, v, nch, CHUNK=ARGMAX_CHUNK, num_warps=4, **pdl)
+    grid = 1 + layers * 2 * kvh + triton.cdiv(width, TREE_CAPTURE_BLOCK)
+    _tree_commit_kernel[(grid,)](
+        pmax, pidx, tokens, parents, slots, positions, kv_end, out_tokens, state, hist if hist is not None else state,
+        kc, vc, capture_rows, kc.stride(0), kc.stride(1), width, m, nch, rows, kvh,
+        HD=hd, BLOCK_S=triton.next_power_of_2(nch), BLOCK_ROWS=triton.next_power_of_2(max(rows, 2)),
+        BLOCK_C=TREE_CAPTURE_BLOCK, HAS_HIST=hist is not None, num_warps=4, **pdl,
+    )

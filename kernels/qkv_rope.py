@@ -39,9 +39,11 @@ def qkv_rope_reference(
     n_kv_heads: int,
     eps: float,
     ahead: NormAhead | None = None,
+    slots: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Returns q [M, n_heads, head_dim] (float32 math, cast to the cache dtype); writes k/v rows. ahead: x's
-    norm prepared by x's producer (fused_linear.NormAhead)."""
+    norm prepared by x's producer (fused_linear.NormAhead). slots: the cache slot of each row's k/v where it
+    is not the row's position (a token tree's rows: RoPE at base + depth, slot base + row)."""
     m = x.shape[0]
     hd = k_cache.shape[-1]
     cdt = wqkv.dtype
@@ -61,8 +63,9 @@ def qkv_rope_reference(
     s = sin[positions][:, None, :]
     q = rope_rotate(q, c, s)
     k = rope_rotate(k, c, s)
-    k_cache[:, positions] = k.transpose(0, 1).to(k_cache.dtype)
-    v_cache[:, positions] = v.transpose(0, 1).to(v_cache.dtype)
+    at = positions if slots is None else slots.to(positions.dtype)
+    k_cache[:, at] = k.transpose(0, 1).to(k_cache.dtype)
+    v_cache[:, at] = v.transpose(0, 1).to(v_cache.dtype)
     return q.to(k_cache.dtype)
 
 
@@ -121,13 +124,15 @@ def qkv_rope_tile(
     BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, SUB: tl.constexpr, CACHE: tl.constexpr, UNROLL_NORM: tl.constexpr,
     EARLY: tl.constexpr, trace_ptr=None, TRACE: tl.constexpr = False, KSPLIT: tl.constexpr = 1, KS=0, xn_ptr=None,
     PRENORM: tl.constexpr = False, ss_ptr=None, P=1, BLOCK_P: tl.constexpr = 1, AHEAD: tl.constexpr = False,
+    slot_ptr=None, SLOTS: tl.constexpr = False,
 ):
     """Program `pid` = (head, part): SUB programs per head, part p owning the columns [p*HB, (p+1)*HB) of
     each rotate-half half (HB = HD/2/SUB), so RoPE's pairs (i, i + HD/2) stay in one program. CACHE: the
     load cache modifier of x, UNROLL_NORM the norm's pass unrolled or not, EARLY the positions, RoPE angles
     and bias loaded before the K walk (see fused_linear.linear_tile). TRACE: phase stamps 2 and 3
     (common.stamp). KSPLIT > 1: the K walk in KSPLIT slices of KS (_qkv_walk_split). PRENORM, AHEAD: x's
-    operand prepared by this program or by x's producer (fused_linear.linear_tile)."""
+    operand prepared by this program or by x's producer (fused_linear.linear_tile). SLOTS: k/v stored at
+    slot_ptr's slots instead of the rows' positions (a token tree's rows)."""
     HALF: tl.constexpr = HD // 2
     HB: tl.constexpr = HALF // SUB
     head = pid // SUB
@@ -197,10 +202,14 @@ def qkv_rope_tile(
         tl.store(base, o1.to(q_ptr.dtype.element_ty), mask=mask2)
         tl.store(base + HALF, o2.to(q_ptr.dtype.element_ty), mask=mask2)
     else:
-        if head < H + KVH:
-            base = k_cache_ptr + (head - H) * cache_head_stride + pos[:, None] * HD + rh[None, :]
+        if SLOTS:
+            at = tl.load(slot_ptr + rm, mask=m_mask, other=0)
         else:
-            base = v_cache_ptr + (head - H - KVH) * cache_head_stride + pos[:, None] * HD + rh[None, :]
+            at = pos
+        if head < H + KVH:
+            base = k_cache_ptr + (head - H) * cache_head_stride + at[:, None] * HD + rh[None, :]
+        else:
+            base = v_cache_ptr + (head - H - KVH) * cache_head_stride + at[:, None] * HD + rh[None, :]
         tl.store(base, o1.to(k_cache_ptr.dtype.element_ty), mask=mask2)
         tl.store(base + HALF, o2.to(k_cache_ptr.dtype.element_ty), mask=mask2)
 
@@ -214,7 +223,7 @@ def _qkv_rope_kernel(
     BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, SUB: tl.constexpr, PREFETCH_LINES: tl.constexpr,
     ELEM_BYTES: tl.constexpr, USE_PDL: tl.constexpr, UNROLL_NORM: tl.constexpr, EARLY: tl.constexpr,
     trace_ptr, TRACE: tl.constexpr, KSPLIT: tl.constexpr, KS, xn_ptr, PRENORM: tl.constexpr, ss_ptr, P,
-    BLOCK_P: tl.constexpr, AHEAD: tl.constexpr,
+    BLOCK_P: tl.constexpr, AHEAD: tl.constexpr, slot_ptr, SLOTS: tl.constexpr,
 ):
     pid = tl.program_id(0)
     if TRACE:
@@ -231,7 +240,7 @@ def _qkv_rope_kernel(
     qkv_rope_tile(pid, x_ptr, x_stride, norm_ptr, w_ptr, b_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr,
                   q_ptr, k_cache_ptr, v_cache_ptr, cache_head_stride, M, K, eps, H, KVH,
                   HD, HAS_BIAS, HAS_QKNORM, IEEE, UPCAST, BLOCK_M, BLOCK_K, SUB, "", UNROLL_NORM, EARLY, trace_ptr, TRACE,
-                  KSPLIT, KS, xp, PRENORM, ss_ptr, P, BLOCK_P, AHEAD)
+                  KSPLIT, KS, xp, PRENORM, ss_ptr, P, BLOCK_P, AHEAD, slot_ptr, SLOTS)
     if TRACE:
         stamp_now(trace_ptr, pid, 4)
 
@@ -253,8 +262,10 @@ def qkv_rope_triton(
     eps: float,
     q_out: torch.Tensor | None = None,
     ahead: NormAhead | None = None,
+    slots: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """ahead: x's norm prepared by the launch that wrote x (fused_linear.NormAhead)."""
+    """ahead: x's norm prepared by the launch that wrote x (fused_linear.NormAhead); slots: see
+    qkv_rope_reference (None: each row's k/v at its position, and the kernel loads no slots)."""
     m, k = x.shape
     hd = k_cache.shape[-1]
     if m > BLOCK_M:
@@ -283,7 +294,7 @@ def qkv_rope_triton(
         UNROLL_NORM=unroll, EARLY=latency_bound(wqkv.nbytes), KSPLIT=ksplit, KS=ks,
         xn_ptr=xn if xn is not None else wqkv, PRENORM=ahead is None and xn is not None,
         ss_ptr=ahead.ss if ahead is not None else q_out, P=parts, BLOCK_P=triton.next_power_of_2(parts),
-        AHEAD=ahead is not None,
+        AHEAD=ahead is not None, slot_ptr=slots if slots is not None else positions, SLOTS=slots is not None,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl, **trace_args("qkv", grid, q_out),
     )
     return q_out

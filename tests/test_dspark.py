@@ -80,34 +80,89 @@ class _Oracle:
         io.tokens[1 : 1 + len(drafts)] = torch.tensor(drafts)
         rt.depth.fill_(len(drafts))
 
+    def accepted(self, k: int, drafts: list[int], ar: list[int], loop: str) -> int:
+        """Drafts accepted after stream index k: the on-device loop verifies the whole block, the host loop cuts
+        the last drafts to what is still wanted."""
+        d = 6 if loop == "device" else max(1, min(6, NEW - (k + 1) - 1))
+        j = 0
+        while j < d and drafts[j] == ar[k + 1 + j]:
+            j += 1
+        return j
+
+
+TREE = [-1, 0, 0, 1, 1, 2, 3, 5]  # the oracle's tree shape: row c's parent; depths 0, 1, 1, 2, 2, 2, 3, 3
+
+
+class _TreeOracle(_Oracle):
+    """Proposes TREE with the AR stream on one of its branches (chosen by position) and wrong tokens on the
+    others, so the accepted path ends at every depth, down a first child or a second."""
+
+    def draft(self, rt: DrafterRuntime) -> None:
+        io = rt.step_io
+        p = int(io.positions[0])
+        k = p - self.prompt_len
+        truth = lambda i: self.stream[k + i] if k + i < len(self.stream) else 0  # noqa: E731
+        second = p % 3 == 1  # the true continuation under the root's second child (row 2) instead of its first
+        depth = [0] * len(TREE)
+        true_rows = {0}
+        tokens = [int(io.tokens[0])]
+        for c in range(1, len(TREE)):
+            depth[c] = depth[TREE[c]] + 1
+            on_path = TREE[c] in true_rows and not self.wrong(p + depth[c]) and (c != 1 or not second) and (c != 2 or second)
+            tok = truth(depth[c]) if on_path else (truth(depth[c]) + 1 + c) % self.vocab
+            if on_path:
+                true_rows.add(c)
+            tokens.append(tok)
+        self.proposals.append((p, tokens))
+        io.set_tree(tokens, TREE, p)
+
+    def accepted(self, k: int, tokens: list[int], ar: list[int], loop: str) -> int:
+        """The tree walked from the root with the AR stream (kernels/greedy_commit.py's walk): its depth."""
+        node, j = 0, 0
+        while True:
+            kids = [c for c in range(1, len(TREE)) if TREE[c] == node and tokens[c] == ar[k + 1 + j]]
+            if not kids:
+                return j
+            node, j = kids[0], j + 1
+
 
 @pytest.mark.parametrize("loop", ["host", "device"])
-def test_wrong_proposals_stay_lossless_and_partial_accepts_commit_right(engine, ar_streams, monkeypatch, loop):
+@pytest.mark.parametrize("shape", ["chain", "tree"])
+def test_wrong_proposals_stay_lossless_and_partial_accepts_commit_right(engine, ar_streams, monkeypatch, loop, shape):
     """Both greedy loops: the host loop (depth chosen per iteration, the last drafts cut to what is still
     wanted) and the on-device loop (the whole block verified every iteration; one iteration per launch
-    here, so the histogram is exact)."""
+    here, so the histogram is exact); drafts as a chain, or as a token tree (tree_nodes=7) walked from its
+    root by the tree commit. The histogram is what replaying the accept rule on the proposals gives."""
+    oracle_cls, nodes, lengths = (_Oracle, 0, slice(2, 7)) if shape == "chain" else (_TreeOracle, len(TREE) - 1, slice(1, 5))
+    opts = SpecOptions(confidence_threshold=0.0, idle_min_accept=0.0, narrow_below_ctx=0, device_loop=loop == "device",
+                       loop_chunk=1, tree_nodes=nodes)
     for name, (ids, ar) in list(ar_streams.items())[:3]:
-        oracle = _Oracle(len(ids), ar, engine.config.vocab_size)
-        monkeypatch.setattr(DrafterRuntime, "draft", lambda rt, o=oracle: o.draft(rt))
-        opts = SpecOptions(confidence_threshold=0.0, idle_min_accept=0.0, narrow_below_ctx=0,
-                           device_loop=loop == "device", loop_chunk=1)
-        use_drafter(engine, random_drafter(engine, seed=1), opts)
-        engine._session = None  # fresh graphs with the patched drafter
-        out = engine.generate(ids, NEW, dspark=True, stop_at_eos=False)
+        oracle = oracle_cls(len(ids), ar, engine.config.vocab_size)
+        out = _decode_with(engine, monkeypatch, oracle, opts, ids)
         assert out.tokens == ar[:NEW], name
-        # replay the accept rule on what was proposed: the loop must commit exactly that
-        expected_hist = [0] * 8
-        for p, drafts in oracle.proposals:
-            k = p - len(ids)
-            if k + 1 >= NEW:
-                continue
-            d = 6 if loop == "device" else max(1, min(6, NEW - (k + 1) - 1))
-            j = 0
-            while j < d and drafts[j] == ar[k + 1 + j]:
-                j += 1
-            expected_hist[j + 1] += 1
+        expected_hist = _replayed_hist(oracle, ids, ar, loop)
         assert out.stats["accept_hist"] == expected_hist, name
-        assert sum(1 for n in expected_hist[2:7] if n) >= 3, "several partial accept lengths exercised"
+        assert sum(1 for n in expected_hist[lengths] if n) >= 3, "several partial accept lengths exercised"
+
+
+def _replayed_hist(oracle, ids: list[int], ar: list[int], loop: str) -> list[int]:
+    """The accept histogram of what the oracle proposed, each proposal accepted as oracle.accepted says."""
+    hist = [0] * 8
+    for p, proposal in oracle.proposals:
+        k = p - len(ids)
+        if k + 1 < NEW:
+            hist[oracle.accepted(k, proposal, ar, loop) + 1] += 1
+    return hist
+
+
+def _decode_with(engine, monkeypatch, oracle, opts: SpecOptions, ids: list[int]):
+    """A greedy DSpark decode of NEW tokens whose drafter pass is the oracle's (fresh graphs, captured with it)."""
+    monkeypatch.setattr(DrafterRuntime, "draft", lambda rt: oracle.draft(rt))
+    use_drafter(engine, random_drafter(engine, seed=1), opts)
+    engine._session = None
+    try:
+        return engine.generate(ids, NEW, dspark=True, stop_at_eos=False)
+    finally:
         monkeypatch.undo()
         engine._session = None
 
@@ -125,6 +180,37 @@ def test_the_on_device_loop_with_long_launches_is_lossless(engine, ar_streams, m
         assert out.stats["tau"] > 1.5, out.stats
         monkeypatch.undo()
         engine._session = None
+
+
+@pytest.mark.parametrize("loop", ["host", "device"])
+def test_the_shipped_drafter_grows_a_lossless_tree_that_commits_more_than_its_chain(engine, ar_streams, loop):
+    """The best-first tree (7 drafts, the step's 8 rows) from the shipped drafter: AR's tokens, and more
+    tokens per verify than the chain over the six prompts (offline +12-17 % on the harness's cells,
+    docs/perf.md 2026-12-04; here, CPU, 24 tokens a prompt)."""
+    taus = {}
+    for tree in (0, 7):
+        attach_drafter(engine, options=SpecOptions(
+            confidence_threshold=0.0, narrow_below_ctx=0, device_loop=loop == "device", tree_nodes=tree))
+        committed = forwards = 0
+        for name, (ids, ar) in ar_streams.items():
+            out = engine.generate(ids, NEW, dspark=True, stop_at_eos=False)
+            assert out.tokens == ar[:NEW], (tree, name)
+            committed += sum(k * n for k, n in enumerate(out.stats["accept_hist"]))
+            forwards += out.stats["target_forwards"]
+        taus[tree] = committed / forwards
+    assert taus[7] > taus[0], taus
+
+
+def test_a_tree_too_large_for_the_step_is_a_one_line_error(engine, ar_streams):
+    from engine.errors import EngineError
+
+    ids, _ = next(iter(ar_streams.values()))
+    for nodes, fanout in ((8, 4), (7, 1)):  # more rows than the step has; more nodes than 6 depths of one child hold
+        attach_drafter(engine, options=SpecOptions(tree_nodes=nodes, tree_fanout=fanout))
+        with pytest.raises(EngineError, match="token tree of") as err:
+            engine.generate(ids, 4, dspark=True, stop_at_eos=False)
+        assert "\n" not in str(err.value)
+    attach_drafter(engine)
 
 
 def test_shipped_drafter_tau_on_code(engine):

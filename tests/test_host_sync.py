@@ -74,7 +74,7 @@ def triton_engine(request):
 
 
 def test_captured_steps_do_not_read_the_device_on_the_host(triton_engine):
-    """The AR step, every verify depth with its greedy commit, and both drafter passes."""
+    """The AR step, every verify depth with its greedy commit, both drafter passes, and a token tree's."""
     engine = triton_engine
     files = engine.drafter
     ids = torch.randint(0, engine.config.vocab_size, (40,), generator=torch.Generator().manual_seed(3)).tolist()
@@ -88,10 +88,14 @@ def test_captured_steps_do_not_read_the_device_on_the_host(triton_engine):
         hits = {}
         caps = torch.cat([t[0, -8:] for t in captured], dim=-1)
         pos = torch.arange(len(ids) - 8, len(ids))
+        tree = []  # a token tree's draft (the tree head), its verify and its commit; the persistent step has no trees
+        if not engine.model.persistent:
+            rt_tree = DrafterRuntime(engine.model, files, s.capacity, s.io, s.state, split=64, tree_nodes=STEP_ROWS - 1)
+            tree = [("tree draft", rt_tree.draft), ("tree step + commit", s.step(STEP_ROWS, commit=True, tree=True).fn)]
         for name, work in [("draft", rt.draft), ("ctx_update", rt.ctx_update),
                            ("prefill context rows", lambda: rt.context_rows(caps, pos))] + [
             (f"step m={m} + greedy commit", s.step(m, commit=True).fn) for m in range(1, STEP_ROWS)
-        ] + [("step m=3, no commit", s.step(3, commit=False).fn)]:
+        ] + [("step m=3, no commit", s.step(3, commit=False).fn)] + tree:
             with HostSyncProbe() as probe:
                 work()
             if probe.hits:

@@ -41,3 +41,17 @@ def test_pick_adopts_the_table_faster_everywhere_and_nothing_slower_anywhere():
     failed = lines + [{"table": "a", "ctx": 4096, "error": "out of resources"}]
     assert step_summary.pick(failed) == "none"
     assert step_summary.pick(_table_lines({"a": everywhere})) == "none"  # no base: nothing to adopt
+
+
+def test_a_token_tree_run_is_set_against_the_seven_row_chain_and_passes_within_its_cost():
+    def run(tree_us):
+        return [{"verify": v, "rep": rep, "ctx": ctx, "rows": rows, "us": us * (1 + 0.01 * rep)}
+                for ctx in (1024, 4096) for rep in range(3)
+                for v, rows, us in (("one row", 1, 500.0), ("chain", 7, 520.0), ("chain", 8, 522.0), ("tree", 8, tree_us[ctx]))]
+
+    cheap = run({1024: 530.0, 4096: 540.0})
+    out = step_summary.summarise(cheap)
+    assert out[0] == "ctx 1024: chain 7 525.2 · chain 8 527.2 · one row 1 505.0 · tree 8 535.3 (tree +1.9% vs chain 7)"
+    assert step_summary.tree_ok(cheap) == "yes"
+    assert step_summary.tree_ok(run({1024: 530.0, 4096: 560.0})) == "no"  # +7.7 % at 4k
+    assert step_summary.tree_ok([]) == "no"

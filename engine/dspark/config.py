@@ -84,6 +84,11 @@ class SpecOptions:
     # whole block (the confidence and context band then only matter for the host loop and sampling).
     device_loop: bool = True
     loop_chunk: int = 8
+    # Greedy only: verify a token tree of `tree_nodes` drafts (kernels/draft_head.py's tree_head: best-first,
+    # each node's `tree_fanout` best children as candidates) instead of the chain; 0: the chain. Every
+    # iteration then verifies the whole tree (tree_nodes + 1 rows, at most the step's 8).
+    tree_nodes: int = 0
+    tree_fanout: int = 4
 
     def max_depth(self, ctx: int, proposals: int) -> int:
         if ctx < self.narrow_below_ctx:

@@ -6,7 +6,9 @@ buffers, so that both of its passes can be captured as CUDA graphs.
   K/V for them at their positions. No extra target forward: the verify pass already computed them.
 - draft(): runs the block [last committed token, MASK x 6] at positions P..P+6 (P = the last
   committed token's position), writing the 6 drafts straight into the target step's token rows
-  1..6, the confidence of each and the depth the confidence picks.
+  1..6, the confidence of each and the depth the confidence picks; with tree_nodes, a token tree of that
+  many drafts instead (kernels/draft_head.py's tree head: rows 1..tree_nodes, their positions, parents
+  and ancestors in the step's inputs).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from engine.dspark.module import rope_for
 from engine.errors import EngineError
 from engine.model import STEP_ROWS, LayerWeights, Transformer
 from kernels.decode_attention import AttentionWorkspace, default_split
-from kernels.draft_head import draft_head_reference, draft_head_triton
+from kernels.draft_head import draft_head_reference, draft_head_triton, tree_head_reference, tree_head_triton
 from kernels.prefill import rope_rotate
 
 WEIGHTS_FILE = "drafter.safetensors"
@@ -73,8 +75,15 @@ def check_compatible(config: DrafterConfig, target: Transformer) -> None:
 class DrafterRuntime:
     """Static buffers + the two passes for one capacity (one per Session)."""
 
-    def __init__(self, target: Transformer, files: DrafterFiles, capacity: int, step_io, state: torch.Tensor, split: int | None = None):
+    def __init__(self, target: Transformer, files: DrafterFiles, capacity: int, step_io, state: torch.Tensor, split: int | None = None,
+                 tree_nodes: int = 0, tree_fanout: int = 4):
         c = self.c = files.config
+        if tree_nodes and not 1 <= tree_nodes < STEP_ROWS:
+            raise EngineError(f"a token tree of {tree_nodes} drafts does not fit the step's {STEP_ROWS} rows")
+        if tree_nodes and (tree_fanout < 1 or sum(tree_fanout ** d for d in range(1, c.proposals + 1)) < tree_nodes):
+            raise EngineError(f"a token tree of {tree_nodes} drafts cannot grow with a fanout of {tree_fanout} "
+                              f"in {c.proposals} depths")
+        self.tree_nodes, self.tree_fanout = tree_nodes, tree_fanout
         check_compatible(c, target)
         self.target = target
         self.ops = target.ops
@@ -162,6 +171,12 @@ class DrafterRuntime:
         p = c.proposals
         h = ops.rmsnorm(x[1 : 1 + p], self.final_norm, c.norm_eps, out=self.h[:p])
         ops.fused_linear(h, self.lm_head, out_dtype=torch.float32, out=self.base_logits)
+        if self.tree_nodes:
+            # a token tree grown best-first from the same distributions: the target step's rows 1..tree_nodes
+            tree = tree_head_triton if ops.backend == "triton" else tree_head_reference
+            tree(self.base_logits, self.markov_u, self.markov_v, self.tree_nodes, self.tree_fanout, io.tokens, io.positions,
+                 io.kv_end, io.slots, io.tree, io.parents)
+            return
         # Each draft adds the Markov bias of the token before it (the last committed one for the first) over
         # the whole vocabulary, one after another, as the drafter was trained; the drafts land in the target
         # step's token rows 1..p (kernels/draft_head.py).

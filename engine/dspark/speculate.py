@@ -6,6 +6,13 @@ the cache position (no snapshot, no replay) -> the verify pass's captured rows b
 new context. Every committed token is the target's own argmax computed by the same batch-invariant
 step that AR decode runs, so the stream equals AR token for token.
 
+With SpecOptions.tree_nodes (greedy only) the drafts are a token tree instead of a chain (the drafter's
+head grows it best-first, kernels/draft_head.py): the verify runs the tree's rows in one step, each row
+seeing its own ancestors (engine/model.py, step(tree=True)), and the tree commit walks it from the root,
+accepting at each node the child that holds the target's argmax, and moves the accepted path's keys and
+captured rows to where a chain would have left them (kernels/greedy_commit.py). The committed tokens are
+still the target's own argmaxes, each row's logits the bits of that row stepped alone.
+
 Sampled (temperature > 0): rejection sampling — accept draft x with probability min(1, p(x)/q(x)),
 otherwise sample from the normalised residual (p - q)+; the output is distributed exactly as the
 target's own sampling.
@@ -120,8 +127,11 @@ class _PhaseTimer:
 class _Graphs:
     """The drafter passes and the verify steps of one session, captured once."""
 
-    def __init__(self, engine, session: Session, files):
-        self.rt = DrafterRuntime(engine.model, files, session.capacity, session.io, session.state, engine.attn_split)
+    def __init__(self, engine, session: Session, files, tree: int):
+        opts = engine.spec_options
+        self.tree = tree
+        self.rt = DrafterRuntime(engine.model, files, session.capacity, session.io, session.state, engine.attn_split,
+                                 tree_nodes=tree, tree_fanout=opts.tree_fanout)
         rt = self.rt
         use = session.use_graphs
         dev = engine.model.device
@@ -135,6 +145,8 @@ class _Graphs:
             self.draft_only = Replayable(rt.draft, dev, use)
             self.ctx_only = Replayable(rt.ctx_update, dev, use)
         self.greedy_step = {m: session.step(m, commit=True) for m in range(1, files.config.block_size + 1)}
+        # the token tree's verify: always the whole tree (the confidence's depth is the chain's)
+        self.tree_step = session.step(self.tree + 1, commit=True, tree=True) if self.tree else None
         self.files_sha = files.sha256
         # The on-device loop: `k` whole iterations (verify of the full block + greedy commit + the
         # drafter's context and next draft) in one launch, with no host round trip inside.
@@ -165,13 +177,13 @@ class _Graphs:
     def fused_chunk(self, k: int) -> Replayable:
         if k not in self.fused:
             s, model, rt = self.session, self.model, self.rt
-            m = rt.c.block_size
+            m = self.tree + 1 if self.tree else rt.c.block_size
+            tree = bool(self.tree)
 
             def run() -> None:
                 for _ in range(k):
-                    model.step(s.io, m, s.cache)
-                    model.ops.greedy_commit(s.io.logits, s.io.tokens, s.io.positions, s.io.kv_end, s.out_tokens, s.state, m,
-                                            hist=self.hist)
+                    model.step(s.io, m, s.cache, tree=tree)
+                    s.commit(m, tree, hist=self.hist)
                     rt.ctx_update()
                     rt.draft()
 
@@ -195,12 +207,16 @@ class _kept:
         return False
 
 
-def _graphs_for(engine, session: Session) -> _Graphs:
-    g = session.extras.get("dspark")
+def _graphs_for(engine, session: Session, greedy: bool = True) -> _Graphs:
+    """The session's drafter graphs: with the token tree where the options ask for one and the decode is greedy
+    (sampling verifies the chain), kept per shape so that greedy and sampled requests do not recapture."""
+    opts = engine.spec_options
+    tree = opts.tree_nodes if greedy else 0
+    key = ("dspark", tree, opts.tree_fanout if tree else 0)
+    g = session.extras.get(key)
     if g is None or g.files_sha != engine.drafter.sha256:
-        g = session.extras["dspark"] = _Graphs(engine, session, engine.drafter)
-        opts = engine.spec_options
-        if opts.device_loop:
+        g = session.extras[key] = _Graphs(engine, session, engine.drafter, tree)
+        if opts.device_loop and greedy:
             # Every launch size the device loop can pick, captured now, before the prefill: captured on
             # first use instead, one landed inside a timed decode now and then (50-90 % slower requests
             # in a scoring's first rounds on the H200, with the same tokens and the same acceptance).
@@ -214,7 +230,7 @@ def _graphs_for(engine, session: Session) -> _Graphs:
 def generate_dspark(engine, prompt_ids: list[int], max_new: int, sampling: SamplingParams, stop_at_eos: bool) -> GenerationResult:
     files = engine.drafter
     s = engine.session(len(prompt_ids), max_new, capture_layers=files.config.target_layers)
-    g = _graphs_for(engine, s)
+    g = _graphs_for(engine, s, sampling.greedy)
     opts = engine.spec_options
     g.rt.threshold.fill_(opts.confidence_threshold if opts.use_confidence else 0.0)
     if sampling.greedy and opts.device_loop:
@@ -292,10 +308,15 @@ def _greedy(engine, s: Session, g: _Graphs, prompt_ids: list[int], max_new: int,
                 continue
             if recent.maxlen and len(recent) == recent.maxlen:
                 idle_len = opts.idle_steps  # drafting pays again: reset the back-off
-            d = max(opts.min_depth, min(depth, max_depth, max_new - committed - 1))
-            d = max(d, 0)
-            with timer.phase("verify"):
-                g.greedy_step[d + 1]()
+            if g.tree:
+                d = c.proposals  # the tree's rows: its drafts reach as deep as the block
+                with timer.phase("verify"):
+                    g.tree_step()
+            else:
+                d = max(opts.min_depth, min(depth, max_depth, max_new - committed - 1))
+                d = max(d, 0)
+                with timer.phase("verify"):
+                    g.greedy_step[d + 1]()
             pending_d = d
             with timer.phase("draft"):
                 g.ctx_and_draft()
