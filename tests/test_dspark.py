@@ -330,6 +330,10 @@ def test_spec_options_from_env():
     assert SpecOptions(narrow_below_ctx=512, narrow_depth=2).max_depth(100, 6) == 2
     assert SpecOptions(narrow_below_ctx=512, narrow_depth=2, mid_depth=4).max_depth(1000, 6) == 4
     assert SpecOptions(deep_from_ctx=2048, mid_depth=3).max_depth(4096, 6) == 6
+    gpu = SpecOptions.for_backend("triton", {})
+    assert (gpu.tree_nodes, gpu.tree_fanout) == (7, 2)  # the GPU verifies a token tree; DSPARK_TREE_NODES=0: the chain
+    assert SpecOptions.for_backend("triton", {"DSPARK_TREE_NODES": "0"}).tree_nodes == 0
+    assert SpecOptions.for_backend("torch", {}).tree_nodes == 0
 
 
 def test_bundled_drafter_fits_the_size_budget():

@@ -103,11 +103,12 @@ class SpecOptions:
     def for_backend(cls, backend: str, environ: dict | None = None) -> "SpecOptions":
         """The defaults above were measured on the GPU, where a deeper verify costs a little more. The
         torch (CPU) step always computes its 8 padded rows, so there verifying every draft is free:
-        the confidence threshold drops to 0 (verify the block's full depth)."""
+        the confidence threshold drops to 0 (verify the block's full depth). On the GPU greedy decoding
+        verifies a token tree of 7 drafts (fanout 2) in the step's 8 rows (docs/perf.md, 2026-12-05)."""
         import os
 
         env = os.environ if environ is None else environ
-        base = {} if backend == "triton" else {"confidence_threshold": 0.0, "narrow_below_ctx": 0}
+        base = {"tree_nodes": 7, "tree_fanout": 2} if backend == "triton" else {"confidence_threshold": 0.0, "narrow_below_ctx": 0}
         return cls.from_env(env, **{k: v for k, v in base.items() if f"DSPARK_{k.upper()}" not in env})
 
     @classmethod
