@@ -13,8 +13,8 @@ import torch
 # The cached function of kernels/common.py that reads each switch (DSPARK_PERSISTENT is read when a
 # Transformer is made: no cache)
 SWITCH_CACHES = {"DSPARK_PDL": "_pdl_on", "DSPARK_L2_PREFETCH": "prefetch_env_on", "DSPARK_PERSISTENT": None,
-                 "DSPARK_UNROLL_NORM": "unroll_env_on", "DSPARK_ATTN_PRELOAD": "preload_on", "DSPARK_PRENORM": "prenorm_env_on",
-                 "DSPARK_NORM_AHEAD": "norm_ahead_env_on"}
+                 "DSPARK_UNROLL_NORM": "unroll_env_on", "DSPARK_ATTN_PRELOAD": "preload_on",
+                 "DSPARK_NORM_AHEAD": "norm_ahead_env_on", "DSPARK_LM_HEAD_PREFETCH": "lm_head_prefetch_env_on"}
 
 
 def capture_graph(fn) -> torch.cuda.CUDAGraph:

@@ -2,12 +2,14 @@
 launch (and, where the kernels have it, the L2 prefetch) on, in the bundled model's shapes and the launch configurations of
 kernels/tuning.py; prints, per kernel, how many prefetch and griddepcontrol instructions its PTX has.
 Catches what the CPU interpreter cannot see (PTX, inline assembly, shared memory) before a device call.
---trace: with the phase stamps of bench/kernel_phases.py compiled in (kernels.common.stamp); --prenorm: the
-norm kernels' operand prepared once per program (DSPARK_PRENORM=1, kernels.common.prenorm; off by default);
---no-ahead: no norm prepared by x's producer (DSPARK_NORM_AHEAD=0; by default the o-proj and the down-proj
-prepare gate/up's and QKV's, kernels.fused_linear.NormAhead).
+--trace: with the phase stamps of bench/kernel_phases.py compiled in (kernels.common.stamp); --no-ahead: no
+norm prepared by x's producer (DSPARK_NORM_AHEAD=0; by default the o-proj and the down-proj prepare gate/up's
+and QKV's, kernels.fused_linear.NormAhead); --lm-head-prefetch: the LM head's programs prefetch their tiles
+before the wait (DSPARK_LM_HEAD_PREFETCH=1; off by default); --swap-ab: every product computed transposed
+(tuning.LaunchConfig.swap_ab; the linears with at least 64 weight rows per program, SwiGLU's gate and up rows
+stacked, one K slice; QKV a whole head per program), to see which run on the warpgroup MMA (the `wgmma` count).
 
-    TRITON_INTERPRET=0 python bench/sm90_compile.py [--trace] [--prenorm] [--no-ahead]
+    TRITON_INTERPRET=0 python bench/sm90_compile.py [--trace] [--no-ahead] [--lm-head-prefetch] [--swap-ab]
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 os.environ["TRITON_INTERPRET"] = "0"
@@ -40,8 +43,9 @@ TARGET = GPUTarget("cuda", 90, 32)
 DIV16 = {"x_stride", "res_stride", "out_stride", "N", "K", "KS", "cache_head_stride", "CAP", "D", "F", "V",
          "layer_cache_stride", "capture_slot_stride", "capture_row_stride"}
 TRACE = "--trace" in sys.argv
-PRENORM = "--prenorm" in sys.argv
 AHEAD = "--no-ahead" not in sys.argv
+LM_HEAD_PREFETCH = "--lm-head-prefetch" in sys.argv
+SWAP_AB = "--swap-ab" in sys.argv
 
 
 def compile_one(name, fn, sig: dict, const: dict, num_warps: int, num_stages: int) -> dict:
@@ -50,14 +54,10 @@ def compile_one(name, fn, sig: dict, const: dict, num_warps: int, num_stages: in
         sig, const = dict(sig, trace_ptr="*i64"), dict(const, TRACE=TRACE)
     if "KS" in fn.arg_names:  # the K walk's slice length (tuning.k_slices), a multiple of 16
         sig = dict(sig, KS="i32")
-    if "xn_ptr" in fn.arg_names:  # the prepared operand's scratch: latency-bound kernels with an unrolled norm pass
-        sig = dict(sig, xn_ptr="*bf16")
-        const = dict(const, PRENORM=PRENORM and const.get("HAS_NORM", True) and const.get("UNROLL_NORM", 0) > 0
-                     and const.get("EARLY", False))
     if "ss_ptr" in fn.arg_names:  # a norm prepared by x's producer (fused_linear.NormAhead), as the step launches them
         consumer = AHEAD and const.get("HAS_NORM", True) and const.get("EARLY", False) and "AHEAD" not in const
-        sig = dict(sig, ss_ptr="*fp32", P="i32")
-        const = dict(const, BLOCK_P=64, AHEAD=consumer, PRENORM=const["PRENORM"] and not consumer)
+        sig = dict(sig, xn_ptr="*bf16", ss_ptr="*fp32", P="i32")
+        const = dict(const, BLOCK_P=64, AHEAD=consumer)
         if "AHEAD_OUT" in fn.arg_names:
             sig = dict(sig, anw_ptr="*fp32", xw_out_ptr="*bf16", ss_out_ptr="*fp32")
             const = dict(const, AHEAD_OUT=AHEAD and const.get("HAS_RES", False))
@@ -68,7 +68,7 @@ def compile_one(name, fn, sig: dict, const: dict, num_warps: int, num_stages: in
     k = triton.compile(src, target=TARGET, options=dict(num_warps=num_warps, num_stages=num_stages))
     ptx = k.asm["ptx"]
     return {"kernel": name, "prefetch": ptx.count("prefetch.global.L2"), "griddepcontrol": ptx.count("griddepcontrol"),
-            "atomics": ptx.count("atom."), "stamps": ptx.count("%globaltimer"), "shared": k.metadata.shared, "registers": getattr(k, "n_regs", None)}
+            "wgmma": ptx.count("wgmma.mma_async"), "atomics": ptx.count("atom."), "stamps": ptx.count("%globaltimer"), "shared": k.metadata.shared, "registers": getattr(k, "n_regs", None)}
 
 
 def prefetch_lines(n_bytes: int) -> int:  # kernels.common's, where the kernels have the L2 prefetch
@@ -84,11 +84,13 @@ def main() -> int:
     for kind, n, k, norm, swiglu, res in [("linear", D, D, False, False, True), ("swiglu", F, D, True, True, False),
                                           ("linear", D, F, False, False, True), ("lm_head", V, D, True, False, False)]:
         cfg = config_for(kind, n, k)
-        lines = prefetch_lines(cfg.block_n * k * 2) if kind != "lm_head" else 0
+        if SWAP_AB:  # 64 weight rows per program at least (SwiGLU's tile stacks gate's and up's: block_n 32)
+            cfg = replace(cfg, block_n=cfg.block_n if kind == "swiglu" else max(64, cfg.block_n), k_split=1, swap_ab=True)
+        lines = prefetch_lines(cfg.block_n * k * 2) if kind != "lm_head" or LM_HEAD_PREFETCH else 0
         for unroll in (0, k):  # the norm pass looped, unrolled
             const = dict(HAS_NORM=norm, SWIGLU=swiglu, HAS_RES=res, HAS_BIAS=False, IEEE=False, UPCAST=False, BLOCK_M=BLOCK_M,
                          BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, PREFETCH_LINES=lines, ELEM_BYTES=2, USE_PDL=True,
-                         UNROLL_NORM=unroll, EARLY=kind != "lm_head", KSPLIT=cfg.k_split)
+                         UNROLL_NORM=unroll, EARLY=kind != "lm_head", KSPLIT=cfg.k_split, SWAP=cfg.swap_ab)
             out.append(compile_one(f"fused_linear {kind} {n}x{k}{' unrolled' if unroll else ''}", _fused_linear_kernel, lin,
                                    const, cfg.num_warps, cfg.num_stages))
     qkv = {"x_ptr": "*fp32", "x_stride": "i32", "norm_ptr": "*fp32", "w_ptr": "*bf16", "b_ptr": "*bf16", "qn_ptr": "*fp32",
@@ -96,10 +98,10 @@ def main() -> int:
            "k_cache_ptr": "*bf16", "v_cache_ptr": "*bf16", "cache_head_stride": "i32", "M": "i32", "K": "i32",
            "eps": "fp32", "H": "i32", "KVH": "i32"}
     cfg = config_for("qkv", (H + 2 * KVH) * HD, D)
-    for sub in ((1, 2) if "SUB" in _qkv_rope_kernel.arg_names else (1,)):
+    for sub in ((1,) if SWAP_AB else (1, 2)):  # swap_ab: a whole head per program
         const = dict(HD=HD, HAS_BIAS=False, HAS_QKNORM=False, IEEE=False, UPCAST=False, BLOCK_M=BLOCK_M, BLOCK_K=cfg.block_k,
                      SUB=sub, PREFETCH_LINES=prefetch_lines(HD // 2 // sub * D * 2), ELEM_BYTES=2, USE_PDL=True, UNROLL_NORM=D, EARLY=True,
-                     KSPLIT=cfg.k_split)
+                     KSPLIT=1 if SWAP_AB else cfg.k_split, SWAP=SWAP_AB)
         for slots in (False, True):  # k/v at the rows' positions, or at a token tree's slots
             if slots and "SLOTS" not in _qkv_rope_kernel.arg_names:
                 continue

@@ -1,7 +1,7 @@
 """The engine: load once, prefill, and decode (AR here; DSpark in engine/dspark/speculate.py).
 
-On CUDA the greedy AR step (forward + device-side commit) is one captured graph, replayed with no
-host round trip; the host looks at the output only every CHECK_EVERY tokens (for EOS).
+On CUDA the greedy AR step (forward + device-side commit) is captured as graphs of AR_LAUNCHES steps each,
+replayed with no host round trip; the host looks at the output only every CHECK_EVERY tokens (for EOS).
 """
 
 from __future__ import annotations
@@ -21,6 +21,9 @@ from engine.session import GenerationResult, Session, first_eos, sampling_genera
 from kernels.greedy_commit import STATE_BASE, STATE_COMMITTED
 
 CHECK_EVERY = 16
+# Greedy AR steps per launch (each a graph of that many steps; a check's CHECK_EVERY tokens take the fewest
+# launches): one graph's steps chain by programmatic dependent launch, where consecutive graphs do not.
+AR_LAUNCHES = (16, 8, 4, 2, 1)
 # Positions a generation may write past its last wanted token: the padded / draft rows of a step (up to
 # 15), and the on-device DSpark loop's last launch (up to loop_chunk x block_size).
 CAPACITY_MARGIN = 72
@@ -193,7 +196,9 @@ class Engine:
     def _generate_ar(self, prompt_ids: list[int], max_new: int, sampling: SamplingParams, stop_at_eos: bool) -> GenerationResult:
         s = self.session(len(prompt_ids), max_new)
         greedy = sampling.greedy
-        run = s.step(1, commit=greedy)  # captured before any real state is in place
+        # captured before any real state is in place
+        launches = {k: s.step(1, commit=True, times=k) for k in AR_LAUNCHES} if greedy else {}
+        run = None if greedy else s.step(1, commit=False)
         gen = sampling_generator(sampling, self.device)
         with torch.inference_mode():
             last_logits, _, prefill_s = self.prefill(s, prompt_ids)
@@ -207,15 +212,21 @@ class Engine:
             eos = self._eos() if stop_at_eos else set()
             while committed < max_new and eos_at is None:
                 chunk = min(CHECK_EVERY, max_new - committed)
-                for _ in range(chunk):
-                    run()
-                    if not greedy:
+                if greedy:
+                    left = chunk
+                    while left:
+                        k = next(k for k in AR_LAUNCHES if k <= left)
+                        launches[k]()
+                        left -= k
+                else:
+                    for i in range(chunk):
+                        run()
                         tok = sample(s.io.logits[0], sampling, gen)
-                        s.out_tokens[committed] = tok
+                        s.out_tokens[committed + i] = tok
                         s.io.tokens[0] = tok
                         s.io.positions.add_(1)
                         s.io.kv_end.add_(1)
-                    committed += 1
+                committed += chunk
                 if eos:
                     eos_at = first_eos(s.out_tokens[:committed].tolist(), eos)
             self.sync()

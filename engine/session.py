@@ -49,22 +49,28 @@ class Session:
         self.io = StepIO(model, capacity, capture_layers, split)
         self.out_tokens = torch.zeros(capacity + STEP_ROWS, dtype=torch.int64, device=model.device)
         self.state = torch.zeros(STATE_SIZE, dtype=torch.int64, device=model.device)
-        self._steps: dict[tuple[int, bool, bool], Replayable] = {}
+        self._steps: dict[tuple[int, bool, int, bool], Replayable] = {}
         self._prefills: OrderedDict[int, PrefillGraph] = OrderedDict()  # by prompt length, oldest use first
         self._prefill_seen: set[int] = set()
         self.extras: dict[object, object] = {}  # e.g. the DSpark drafter's own session
 
-    def step(self, m: int, commit: bool, tree: bool = False) -> Replayable:
-        """The step over m rows, optionally followed by the greedy commit; captured on first use. tree: the
-        rows are a token tree (StepIO.set_tree, the DSpark tree head), committed by the tree commit."""
-        key = (m, commit, tree)
+    def step(self, m: int, commit: bool, times: int = 1, tree: bool = False) -> Replayable:
+        """The step over m rows, optionally followed by the greedy commit; captured on first use. times > 1:
+        that many steps, each with its commit, in one launch (greedy AR decode: the commit leaves the next
+        step's inputs on the device, and steps in one graph run back to back, each kernel launched early by
+        the one before, where separate graphs wait for each other's completion). tree: the rows are a token
+        tree (StepIO.set_tree, the DSpark tree head), committed by the tree commit."""
+        if times > 1 and not commit:
+            raise ValueError("several steps in one launch need the greedy commit between them")
+        key = (m, commit, times, tree)
         if key not in self._steps:
             model, io, cache = self.model, self.io, self.cache
 
             def run() -> None:
-                model.step(io, m, cache, tree=tree)
-                if commit:
-                    self.commit(m, tree)
+                for _ in range(times):
+                    model.step(io, m, cache, tree=tree)
+                    if commit:
+                        self.commit(m, tree)
 
             with self.preserved():
                 self._steps[key] = Replayable(run, model.device, self.use_graphs)

@@ -32,6 +32,24 @@ def mma(a, b, acc, IEEE: tl.constexpr, UPCAST: tl.constexpr):
 
 
 @triton.jit
+def mma_xw(a, w, acc, SWAP: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr):
+    """A K step of a step kernel's product: acc + a @ w^T (a [M, K] the rows' operand, w [N, K] a weight tile), or
+    with SWAP its transpose, acc + w @ a^T (acc [N, M]; tuning.LaunchConfig.swap_ab)."""
+    if SWAP:
+        return mma(w, tl.trans(a), acc, IEEE, UPCAST)
+    else:
+        return mma(a, tl.trans(w), acc, IEEE, UPCAST)
+
+
+@triton.jit
+def halves_back(acc_t, HALF: tl.constexpr, BLOCK_M: tl.constexpr):
+    """A product computed transposed over a tile of two stacked halves of weight rows ([2 * HALF, BLOCK_M]: QKV's
+    rotate-half halves, gate's and up's rows) as its two halves transposed back, each [BLOCK_M, HALF]."""
+    halves = tl.permute(tl.reshape(acc_t, (2, HALF, BLOCK_M)), (2, 1, 0))  # [BLOCK_M, HALF, 2]
+    return tl.split(halves)
+
+
+@triton.jit
 def mma3(a, b, acc, UPCAST: tl.constexpr):
     """acc + a @ b batched over the first axis (a [S, M, K], b [S, K, N]), float32 accumulation; on the
     tensor cores each batch is its own chain of products (tuning.LaunchConfig.k_split)."""
@@ -87,28 +105,6 @@ def preload_on() -> bool:
     return os.environ.get("DSPARK_ATTN_PRELOAD", "1") != "0"
 
 
-# A kernel whose product starts with an RMSNorm (QKV, gate/up) may normalise x once, after its norm pass, into a
-# scratch of its own (each program [BLOCK_M, K] in the weights' dtype) and have the K walk read that operand as
-# it reads the weights (cp.async into shared memory) instead of loading x, scaling it and rounding it in every
-# step: the same values, so the same bits. Only where the pass is unrolled (its chunks, and the norm weights loaded
-# with them, are still in registers) and the kernel is latency-bound. Measured slower than the walk that
-# normalises each step (the step +2.3 % at 4k: the scratch's store, barrier and reload cost what the walk saves;
-# docs/perf.md, 2026-12-04 seventeenth session), so off unless DSPARK_PRENORM=1 (a measurement switch); where
-# the norm is prepared by x's producer (NormAhead, below) the consumer has no norm pass at all.
-@functools.cache
-def prenorm_env_on() -> bool:
-    return os.environ.get("DSPARK_PRENORM", "0") == "1"
-
-
-def prenorm(eligible: bool, programs: int, k: int, weight: torch.Tensor) -> torch.Tensor | None:
-    """The scratch of a launch whose walk reads a normalised operand (prenorm_env_on), or None."""
-    if not (eligible and prenorm_env_on() and latency_bound(weight.nbytes)):
-        return None
-    from kernels.fused_linear import BLOCK_M
-
-    return torch.empty((programs, BLOCK_M, k), dtype=weight.dtype, device=weight.device)
-
-
 # An RMSNorm may be prepared by the kernel that writes its input (kernels.fused_linear.NormAhead): the o-proj for
 # gate/up's norm, the down-proj for the next layer's QKV. The consumer then has no norm pass before its walk (its
 # rstd comes from the producer's sums, loaded while the walk runs) and reads x * norm_weight as it reads its
@@ -128,6 +124,26 @@ def norm_ahead(consumer_weight_bytes: int) -> bool:
 def unroll_norm(k: int, block_k: int) -> int:
     """The UNROLL_NORM of a kernel whose norm pass is k long in steps of block_k: k, or 0 (a loop)."""
     return k if unroll_env_on() and -(-k // block_k) <= UNROLL_MAX_STEPS else 0
+
+
+# The LM head streams its weights from HBM (56 MB for the bundled model), so PREFETCH_MAX_BYTES keeps its prefetch
+# off; yet the kernel before it (the last down-proj) is latency-bound and leaves HBM nearly idle while the head's
+# programs, launched early, wait. DSPARK_LM_HEAD_PREFETCH=1: each of them asks L2 for its own tile before its wait,
+# so the head's stream starts in the down-proj's time; at most LM_HEAD_PREFETCH_MAX_BYTES of weights (about L2's
+# size; a guard model's head of hundreds of MB would only evict itself). Reads nothing into registers, so no
+# result can change. A measurement switch, off by default (bench/step_sweep.py --switch).
+LM_HEAD_PREFETCH_MAX_BYTES = 64 << 20
+
+
+@functools.cache
+def lm_head_prefetch_env_on() -> bool:
+    return os.environ.get("DSPARK_LM_HEAD_PREFETCH", "0") == "1"
+
+
+def lm_head_prefetch_on(pdl: dict, weight_bytes: int) -> bool:
+    """Whether an LM head launch with these `pdl_args` and weights prefetches each program's tile."""
+    return (pdl["USE_PDL"] and weight_bytes <= LM_HEAD_PREFETCH_MAX_BYTES and prefetch_env_on()
+            and lm_head_prefetch_env_on())
 
 
 def prefetch_on(pdl: dict, kernel_bytes: int) -> bool:

@@ -266,25 +266,32 @@ def _attn_split_kernel(
         # The split is one block of keys (SPLIT == BLOCK_KV), loaded before the dependency wait: the kernel
         # before this one (the layer's QKV) writes the cache only at its rows' positions (fresh_ptr), and a
         # block holding one of them is loaded again after the wait. The arithmetic is attn_split_tile's.
-        # (A tree's rows see the tree's keys only in their own programs: no block is loaded again.)
+        # The rows' positions are read before the wait too: the kernel launched just before an attention (its
+        # QKV) never writes them (the greedy commit or the host does, kernels earlier), and every kernel two or
+        # more launches back is complete once the one just before has passed its own wait (pdl_start), which
+        # this one's launch follows. Read from L2 (".cg": no copy an earlier kernel left in this SM's L1). So
+        # the block holding a fresh key issues its reload right after the wait, beside the queries' load,
+        # rather than one round trip after it. (A tree's rows see the tree's keys only in their own programs:
+        # no block is loaded again.)
         lo = split * SPLIT
         kpos = lo + tl.arange(0, BLOCK_KV)
         in_cache = (kpos < CAP)[:, None]
         k_at, v_at, k, v = attn_block_load(k_ptr, v_ptr, kvh, cache_head_stride, kpos, in_cache, HD)
+        rr = tl.arange(0, BLOCK_R)
+        fresh = tl.load(fresh_ptr + rr, mask=rr < M, other=-1, cache_modifier=".cg")
+        written = tl.max(((fresh >= lo) & (fresh < lo + BLOCK_KV)).to(tl.int32), axis=0) > 0
         pdl_start(USE_PDL)
         if TRACE:
             stamp_now(trace_ptr, pid, 1)
         row, head, r_mask, kv_start, kv_end, q = attn_split_rows(kvh, q_ptr, start_ptr, end_ptr, M, H, G, HD, BLOCK_R, "")
-        if TRACE:
-            stamp(trace_ptr, pid, 2, q)
-        rr = tl.arange(0, BLOCK_R)
-        fresh = tl.load(fresh_ptr + rr, mask=rr < M, other=-1)
         keep = r_mask
         if TREE:
             keep = r_mask & (tree_owned(split, tl.load(fresh_ptr), tl.load(fresh_ptr + row, mask=r_mask, other=0), SPLIT) == 0)
-        elif tl.max(((fresh >= lo) & (fresh < lo + BLOCK_KV)).to(tl.int32), axis=0) > 0:
+        elif written:
             k = tl.load(k_at, mask=in_cache, other=0.0)
             v = tl.load(v_at, mask=in_cache, other=0.0)
+        if TRACE:
+            stamp(trace_ptr, pid, 2, q)
         m_i = tl.full([BLOCK_R], -1.0e30, dtype=tl.float32)
         l_i = tl.zeros([BLOCK_R], dtype=tl.float32)
         acc = tl.zeros([BLOCK_R, HD], dtype=tl.float32)

@@ -14,11 +14,11 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import (UPCAST_DOT, l2_prefetch, latency_bound, mma, mma3, pdl_args, pdl_start, prefetch_lines,
-                            prefetch_on, prenorm, stamp, stamp_now, trace_args, unroll_norm)
+from kernels.common import (UPCAST_DOT, halves_back, l2_prefetch, latency_bound, lm_head_prefetch_on, mma3, mma_xw,
+                            pdl_args, pdl_start, prefetch_lines, prefetch_on, stamp, stamp_now, trace_args, unroll_norm)
 
 from kernels.rmsnorm import rmsnorm_reference
-from kernels.tuning import config_for, k_slices
+from kernels.tuning import config_for, k_slices, swapped
 
 BLOCK_M = 16  # rows per launch; the step never has more than 8
 
@@ -127,48 +127,30 @@ def row_squares(x_ptr, x_stride, rm, m_mask, kk, K, CACHE: tl.constexpr):
 
 @triton.jit
 def row_rstd(x_ptr, x_stride, rm, m_mask, K, eps, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, CACHE: tl.constexpr,
-             UNROLL_NORM: tl.constexpr, norm_ptr=None, xn_ptr=None, PRENORM: tl.constexpr = False):
+             UNROLL_NORM: tl.constexpr):
     """Per row, RMSNorm's 1 / sqrt(mean(x^2) + eps) from one pass over x[:, :K], before the product.
     UNROLL_NORM = K (0: a loop): the pass unrolled, the same arithmetic in the same order, so every
     chunk's load can be in flight at once (a loop without a dot is not software-pipelined: each chunk
-    would wait for the one before). PRENORM (unrolled only): x normalised and rounded as the product's operand,
-    (x * rstd * norm_weight) in the weights' dtype, stored at xn_ptr [BLOCK_M, K] (this program's scratch) from
-    the chunks still in registers, then a CTA barrier: the walk then reads its operand as it reads the weights
-    (prenorm_operand), the same values."""
+    would wait for the one before)."""
     rk = tl.arange(0, BLOCK_K)
     ss = tl.zeros([BLOCK_M], dtype=tl.float32)
     if UNROLL_NORM > 0:
         # every chunk's load issued before the first chunk's reduction (whose warp shuffles the loads would
         # otherwise wait behind, one chunk at a time), then the chunks reduced and added in order, as in the loop
         xs = ()
-        nws = ()
         for k0 in tl.static_range(0, UNROLL_NORM, BLOCK_K):
             xs = xs + (row_chunk(x_ptr, x_stride, rm, m_mask, k0 + rk, K, CACHE),)
-            if PRENORM:  # the norm weights loaded with x: a load after the first store below could alias it, so
-                # the compiler would issue each chunk's load after the previous chunk's store, one round trip each
-                # (as [BLOCK_M, BLOCK_K], each row the same values: in x's layout, no exchange through shared memory)
-                kk2 = rm[:, None] * 0 + (k0 + rk)[None, :]
-                nws = nws + (tl.load(norm_ptr + kk2, mask=kk2 < K, other=0.0).to(tl.float32),)
         for c in tl.static_range(len(xs)):
             ss += tl.sum(xs[c] * xs[c], axis=1)
-        rstd = 1.0 / tl.sqrt(ss / K + eps)
-        if PRENORM:
-            for c in tl.static_range(len(xs)):
-                kk = c * BLOCK_K + rk
-                k_mask = kk < K
-                xn = (xs[c] * rstd[:, None] * nws[c]).to(xn_ptr.dtype.element_ty)
-                tl.store(xn_ptr + rm[:, None] * K + kk[None, :], xn, mask=m_mask[:, None] & k_mask[None, :])
-            tl.debug_barrier()
     else:
         for k0 in range(0, K, BLOCK_K):
             ss += row_squares(x_ptr, x_stride, rm, m_mask, k0 + rk, K, CACHE)
-        rstd = 1.0 / tl.sqrt(ss / K + eps)
-    return rstd
+    return 1.0 / tl.sqrt(ss / K + eps)
 
 
 @triton.jit
-def prenorm_operand(xn_ptr, rm, m_mask, kk, k_mask, K):
-    """The product's x operand at kk, as row_rstd(PRENORM) stored it (0 past K and past the rows)."""
+def prepared_operand(xn_ptr, rm, m_mask, kk, k_mask, K):
+    """The product's x operand at kk as x's producer prepared it (NormAhead's xw [M, K]; 0 past K and the rows)."""
     return tl.load(xn_ptr + rm[:, None] * K + kk[None, :], mask=m_mask[:, None] & k_mask[None, :], other=0.0)
 
 
@@ -187,9 +169,16 @@ def ahead_rstd(sums, K, eps):
 
 
 @triton.jit
-def norm_input(pid, x_ptr, x_stride, rm, m_mask, K, eps, norm_ptr, xn_ptr, ss_ptr, P, trace_ptr, BLOCK_M: tl.constexpr,
+def ahead_scale(acc_a, acc_b, sums, K, eps):
+    """A NormAhead consumer's two products after the walk, scaled by rstd from ahead_sums' parts."""
+    rstd = ahead_rstd(sums, K, eps)
+    return acc_a * rstd[:, None], acc_b * rstd[:, None]
+
+
+@triton.jit
+def norm_input(pid, x_ptr, x_stride, rm, m_mask, K, eps, ss_ptr, P, trace_ptr, BLOCK_M: tl.constexpr,
                BLOCK_K: tl.constexpr, BLOCK_P: tl.constexpr, CACHE: tl.constexpr, UNROLL_NORM: tl.constexpr,
-               PRENORM: tl.constexpr, AHEAD: tl.constexpr, TRACE: tl.constexpr):
+               AHEAD: tl.constexpr, TRACE: tl.constexpr):
     """A norm kernel's input side, before its K walk: (rstd, sums). AHEAD: the producer's sums loaded (rstd
     comes from them after the walk, ahead_rstd; no stamp 2: the walk does not wait for it); otherwise rstd
     from the pass over x (row_rstd), then stamp 2."""
@@ -198,7 +187,7 @@ def norm_input(pid, x_ptr, x_stride, rm, m_mask, K, eps, norm_ptr, xn_ptr, ss_pt
         sums = ahead_sums(ss_ptr, rm, m_mask, P, BLOCK_P)
     else:
         sums = tl.zeros([BLOCK_M, BLOCK_P], dtype=tl.float32)
-        rstd = row_rstd(x_ptr, x_stride, rm, m_mask, K, eps, BLOCK_M, BLOCK_K, CACHE, UNROLL_NORM, norm_ptr, xn_ptr, PRENORM)
+        rstd = row_rstd(x_ptr, x_stride, rm, m_mask, K, eps, BLOCK_M, BLOCK_K, CACHE, UNROLL_NORM)
         if TRACE:
             stamp(trace_ptr, pid, 2, rstd)
     return rstd, sums
@@ -219,13 +208,13 @@ def ahead_store(v, nw, xw_ptr, ss_ptr, pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N
 
 
 @triton.jit
-def _linear_k_block(acc, acc_up, kk, x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, up_ptr, rn, n_mask, K,
-                    HAS_NORM: tl.constexpr, SWIGLU: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
-                    CACHE: tl.constexpr, xn_ptr=None, PRENORM: tl.constexpr = False):
-    """One BLOCK_K step of the product's K walk."""
-    k_mask = kk < K
-    if PRENORM:
-        a = prenorm_operand(xn_ptr, rm, m_mask, kk, k_mask, K)
+def walk_operand(x_ptr, x_stride, rm, m_mask, kk, k_mask, K, rstd, norm_ptr, w_ptr, HAS_NORM: tl.constexpr,
+                 CACHE: tl.constexpr, xn_ptr=None, PREPARED: tl.constexpr = False):
+    """x's operand of one K step [BLOCK_M, BLOCK_K] at kk (0 past K and past the rows): read as x's producer
+    prepared it (PREPARED: NormAhead's xw at xn_ptr), or loaded, normalised (HAS_NORM: x * rstd * norm_weight in
+    float32) and rounded to the weights' dtype."""
+    if PREPARED:
+        a = prepared_operand(xn_ptr, rm, m_mask, kk, k_mask, K)
     else:
         xv = tl.load(x_ptr + rm[:, None] * x_stride + kk[None, :], mask=m_mask[:, None] & k_mask[None, :], other=0.0,
                      cache_modifier=CACHE)
@@ -233,26 +222,59 @@ def _linear_k_block(acc, acc_up, kk, x_ptr, x_stride, rm, m_mask, rstd, norm_ptr
             nw = tl.load(norm_ptr + kk, mask=k_mask, other=0.0).to(tl.float32)
             xv = xv.to(tl.float32) * rstd[:, None] * nw[None, :]
         a = xv.to(w_ptr.dtype.element_ty)
+    return a
+
+
+@triton.jit
+def _linear_k_block(acc, acc_up, kk, x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, up_ptr, rn, n_mask, K,
+                    HAS_NORM: tl.constexpr, SWIGLU: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
+                    CACHE: tl.constexpr, xn_ptr=None, PREPARED: tl.constexpr = False, SWAP: tl.constexpr = False):
+    """One BLOCK_K step of the product's K walk (PREPARED: x's operand read from xn_ptr, NormAhead; SWAP: the
+    accumulators transposed, [BLOCK_N, BLOCK_M], common.mma_xw)."""
+    k_mask = kk < K
+    a = walk_operand(x_ptr, x_stride, rm, m_mask, kk, k_mask, K, rstd, norm_ptr, w_ptr, HAS_NORM, CACHE, xn_ptr, PREPARED)
     w = tl.load(w_ptr + rn[:, None] * K + kk[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0)
-    acc = mma(a, tl.trans(w), acc, IEEE, UPCAST)
+    acc = mma_xw(a, w, acc, SWAP, IEEE, UPCAST)
     if SWIGLU:
         u = tl.load(up_ptr + rn[:, None] * K + kk[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0)
-        acc_up = mma(a, tl.trans(u), acc_up, IEEE, UPCAST)
+        acc_up = mma_xw(a, u, acc_up, SWAP, IEEE, UPCAST)
     return acc, acc_up
 
 
 @triton.jit
+def _swiglu_walk_stacked(x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, up_ptr, pid, N, K, HAS_NORM: tl.constexpr,
+                         IEEE: tl.constexpr, UPCAST: tl.constexpr, CACHE: tl.constexpr, BLOCK_M: tl.constexpr,
+                         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, xn_ptr=None, PREPARED: tl.constexpr = False):
+    """SwiGLU's K walk with the product computed transposed (swap_ab): tile `pid`'s BLOCK_N gate rows and its
+    BLOCK_N up rows stacked as one tile of 2 * BLOCK_N weight rows (one product whose M is twice BLOCK_N: 64 with
+    block_n 32), then (acc, acc_up) transposed back, each [BLOCK_M, BLOCK_N]."""
+    r2 = tl.arange(0, 2 * BLOCK_N)
+    rows = pid * BLOCK_N + r2 % BLOCK_N  # the tile's rows, for gate then for up
+    rk = tl.arange(0, BLOCK_K)
+    acc_t = tl.zeros([2 * BLOCK_N, BLOCK_M], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        kk = k0 + rk
+        k_mask = kk < K
+        a = walk_operand(x_ptr, x_stride, rm, m_mask, kk, k_mask, K, rstd, norm_ptr, w_ptr, HAS_NORM, CACHE, xn_ptr, PREPARED)
+        off = rows[:, None] * K + kk[None, :]
+        w = tl.load(tl.where((r2 < BLOCK_N)[:, None], w_ptr + off, up_ptr + off), mask=(rows < N)[:, None] & k_mask[None, :],
+                    other=0.0)
+        acc_t = mma_xw(a, w, acc_t, True, IEEE, UPCAST)
+    return halves_back(acc_t, BLOCK_N, BLOCK_M)
+
+
+@triton.jit
 def slices_x_block(x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, xn_ptr, k0, K, KS, HAS_NORM: tl.constexpr,
-                   PRENORM: tl.constexpr, CACHE: tl.constexpr, BLOCK_K: tl.constexpr, KSPLIT: tl.constexpr):
+                   PREPARED: tl.constexpr, CACHE: tl.constexpr, BLOCK_K: tl.constexpr, KSPLIT: tl.constexpr):
     """One step of a K walk in KSPLIT slices of KS: the step's positions kk [KSPLIT, BLOCK_K] (slice s from
     s*KS + k0), their mask, and x there as the product's operand [KSPLIT, BLOCK_M, BLOCK_K]: read from the
-    prepared operand (PRENORM: what row_rstd stored) or loaded, normalised and rounded exactly as in
+    operand x's producer prepared (PREPARED: NormAhead's xw) or loaded, normalised and rounded exactly as in
     _linear_k_block (0 past K and past the rows)."""
     kl = k0 + tl.arange(0, BLOCK_K)
     kk = tl.arange(0, KSPLIT)[:, None] * KS + kl[None, :]
     k_mask = (kl[None, :] < KS) & (kk < K)
     mask = m_mask[None, :, None] & k_mask[:, None, :]
-    if PRENORM:
+    if PREPARED:
         a = tl.load(xn_ptr + rm[None, :, None] * K + kk[:, None, :], mask=mask, other=0.0)
     else:
         xv = tl.load(x_ptr + rm[None, :, None] * x_stride + kk[:, None, :], mask=mask, other=0.0, cache_modifier=CACHE)
@@ -267,14 +289,14 @@ def slices_x_block(x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, xn_ptr, k
 def _linear_walk_split(x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, up_ptr, rn, n_mask, K, KS,
                        HAS_NORM: tl.constexpr, SWIGLU: tl.constexpr, UPCAST: tl.constexpr, CACHE: tl.constexpr,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, KSPLIT: tl.constexpr,
-                       xn_ptr=None, PRENORM: tl.constexpr = False):
+                       xn_ptr=None, PREPARED: tl.constexpr = False):
     """The product's K walk as KSPLIT slices of KS walked side by side (slice s: [s*KS, (s+1)*KS) of K, the
     batch s of a 3-D product), then the slices' sums added in a fixed order."""
     acc = tl.zeros([KSPLIT, BLOCK_M, BLOCK_N], dtype=tl.float32)
     acc_up = tl.zeros([KSPLIT, BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k0 in range(0, KS, BLOCK_K):
         kk, k_mask, a = slices_x_block(x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, xn_ptr, k0, K, KS, HAS_NORM,
-                                       PRENORM, CACHE, BLOCK_K, KSPLIT)
+                                       PREPARED, CACHE, BLOCK_K, KSPLIT)
         w_mask = n_mask[None, None, :] & k_mask[:, :, None]
         w = tl.load(w_ptr + rn[None, None, :] * K + kk[:, :, None], mask=w_mask, other=0.0)  # [KSPLIT, BLOCK_K, BLOCK_N]
         acc = mma3(a, w, acc, UPCAST)
@@ -290,8 +312,8 @@ def linear_tile(
     HAS_NORM: tl.constexpr, SWIGLU: tl.constexpr, HAS_RES: tl.constexpr, HAS_BIAS: tl.constexpr,
     IEEE: tl.constexpr, UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     CACHE: tl.constexpr, UNROLL_NORM: tl.constexpr, EARLY: tl.constexpr, trace_ptr=None, TRACE: tl.constexpr = False,
-    KSPLIT: tl.constexpr = 1, KS=0, xn_ptr=None, PRENORM: tl.constexpr = False, ss_ptr=None, P=1,
-    BLOCK_P: tl.constexpr = 1, AHEAD: tl.constexpr = False,
+    KSPLIT: tl.constexpr = 1, KS=0, xn_ptr=None, ss_ptr=None, P=1,
+    BLOCK_P: tl.constexpr = 1, AHEAD: tl.constexpr = False, SWAP: tl.constexpr = False,
 ):
     """Output tile `pid` (BLOCK_N columns, every row) of the fused op, float32. CACHE is the load cache
     modifier of x and the residual: ".cg" (L2 only) where another program of the same launch wrote them
@@ -302,10 +324,10 @@ def linear_tile(
     left the previous main's after 6-84 tokens, KL 0.0002, as they did with the ungated version alone
     (docs/perf.md, 2026-12-02 fourth and sixth sessions). Within
     one build a row's result still never depends on how many rows share the step. TRACE: phase stamps 2
-    and 3 (common.stamp). KSPLIT > 1: the K walk in KSPLIT slices of KS (_linear_walk_split). PRENORM: x
-    normalised once into this program's scratch xn_ptr, the walk reading it (row_rstd). AHEAD: x's norm
+    and 3 (common.stamp). KSPLIT > 1: the K walk in KSPLIT slices of KS (_linear_walk_split). AHEAD: x's norm
     prepared by x's producer (NormAhead): the walk reads x * norm_weight from xn_ptr, rstd comes from the P
-    sums at ss_ptr and scales the product after the walk."""
+    sums at ss_ptr and scales the product after the walk. SWAP: the product computed transposed (tuning's
+    swap_ab; SwiGLU's gate and up rows stacked as one tile), the accumulators transposed back after the walk."""
     rm = tl.arange(0, BLOCK_M)
     rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
@@ -323,22 +345,29 @@ def linear_tile(
             bias = tl.load(bias_ptr + rn, mask=n_mask, other=0.0).to(tl.float32)
     rstd = tl.zeros([BLOCK_M], dtype=tl.float32)
     if HAS_NORM:
-        rstd, sums = norm_input(pid, x_ptr, x_stride, rm, m_mask, K, eps, norm_ptr, xn_ptr, ss_ptr, P, trace_ptr, BLOCK_M,
-                                BLOCK_K, BLOCK_P, CACHE, UNROLL_NORM, PRENORM, AHEAD, TRACE)
+        rstd, sums = norm_input(pid, x_ptr, x_stride, rm, m_mask, K, eps, ss_ptr, P, trace_ptr, BLOCK_M,
+                                BLOCK_K, BLOCK_P, CACHE, UNROLL_NORM, AHEAD, TRACE)
     if KSPLIT > 1:
         acc, acc_up = _linear_walk_split(x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, up_ptr, rn, n_mask, K, KS,
-                                         HAS_NORM, SWIGLU, UPCAST, CACHE, BLOCK_M, BLOCK_N, BLOCK_K, KSPLIT, xn_ptr,
-                                         PRENORM or AHEAD)
+                                         HAS_NORM, SWIGLU, UPCAST, CACHE, BLOCK_M, BLOCK_N, BLOCK_K, KSPLIT, xn_ptr, AHEAD)
+    elif SWAP and SWIGLU:
+        acc, acc_up = _swiglu_walk_stacked(x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, up_ptr, pid, N, K, HAS_NORM,
+                                           IEEE, UPCAST, CACHE, BLOCK_M, BLOCK_N, BLOCK_K, xn_ptr, AHEAD)
+    elif SWAP:
+        acc_t = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            acc_t, _ = _linear_k_block(acc_t, acc_t, k0 + rk, x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, up_ptr, rn,
+                                       n_mask, K, HAS_NORM, False, IEEE, UPCAST, CACHE, xn_ptr, AHEAD, True)
+        acc = tl.trans(acc_t)
+        acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     else:
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         for k0 in range(0, K, BLOCK_K):
             acc, acc_up = _linear_k_block(acc, acc_up, k0 + rk, x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, up_ptr,
-                                          rn, n_mask, K, HAS_NORM, SWIGLU, IEEE, UPCAST, CACHE, xn_ptr, PRENORM or AHEAD)
+                                          rn, n_mask, K, HAS_NORM, SWIGLU, IEEE, UPCAST, CACHE, xn_ptr, AHEAD)
     if AHEAD:
-        rstd = ahead_rstd(sums, K, eps)
-        acc = acc * rstd[:, None]
-        acc_up = acc_up * rstd[:, None]
+        acc, acc_up = ahead_scale(acc, acc_up, sums, K, eps)
     if TRACE:
         stamp(trace_ptr, pid, 3, acc + acc_up)
     if HAS_BIAS:
@@ -369,8 +398,9 @@ def _fused_linear_kernel(
     HAS_NORM: tl.constexpr, SWIGLU: tl.constexpr, HAS_RES: tl.constexpr, HAS_BIAS: tl.constexpr,
     IEEE: tl.constexpr, UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     PREFETCH_LINES: tl.constexpr, ELEM_BYTES: tl.constexpr, USE_PDL: tl.constexpr, UNROLL_NORM: tl.constexpr,
-    EARLY: tl.constexpr, trace_ptr, TRACE: tl.constexpr, KSPLIT: tl.constexpr, KS, xn_ptr, PRENORM: tl.constexpr,
+    EARLY: tl.constexpr, trace_ptr, TRACE: tl.constexpr, KSPLIT: tl.constexpr, KS, xn_ptr,
     ss_ptr, P, BLOCK_P: tl.constexpr, AHEAD: tl.constexpr, anw_ptr, xw_out_ptr, ss_out_ptr, AHEAD_OUT: tl.constexpr,
+    SWAP: tl.constexpr,
 ):
     """AHEAD: x's norm prepared by its producer (xn_ptr, ss_ptr, P: NormAhead); AHEAD_OUT: this launch prepares
     the next norm (weight anw_ptr) from its output into xw_out_ptr, ss_out_ptr."""
@@ -385,13 +415,9 @@ def _fused_linear_kernel(
     pdl_start(USE_PDL)
     if TRACE:
         stamp_now(trace_ptr, pid, 1)
-    if AHEAD:
-        xp = xn_ptr  # the producer's operand, shared by every program
-    else:
-        xp = xn_ptr + pid * BLOCK_M * K  # this program's scratch (PRENORM)
     acc = linear_tile(pid, x_ptr, x_stride, norm_ptr, w_ptr, up_ptr, bias_ptr, res_ptr, res_stride, M, N, K, eps,
                       HAS_NORM, SWIGLU, HAS_RES, HAS_BIAS, IEEE, UPCAST, BLOCK_M, BLOCK_N, BLOCK_K, "", UNROLL_NORM, EARLY,
-                      trace_ptr, TRACE, KSPLIT, KS, xp, PRENORM, ss_ptr, P, BLOCK_P, AHEAD)
+                      trace_ptr, TRACE, KSPLIT, KS, xn_ptr, ss_ptr, P, BLOCK_P, AHEAD, SWAP)
     store_tile(out_ptr, out_stride, acc, pid, M, N, BLOCK_M, BLOCK_N)
     if AHEAD_OUT:
         ahead_store(acc.to(out_ptr.dtype.element_ty).to(tl.float32), anw, xw_out_ptr, ss_out_ptr, pid, M, N, BLOCK_M,
@@ -429,15 +455,14 @@ def fused_linear_triton(
     cfg = config_for(kind, n, k)
     dummy = weight
     pdl = pdl_args(x)
-    # only where the kernel is latency-bound (common.PREFETCH_MAX_BYTES): never the LM head
-    lines = prefetch_lines(cfg.block_n * k * weight.element_size()) if prefetch_on(pdl, weight.nbytes * (2 if up_weight is not None else 1)) else 0
+    # only where the kernel is latency-bound (common.PREFETCH_MAX_BYTES); the LM head only with DSPARK_LM_HEAD_PREFETCH=1
+    prefetch = (lm_head_prefetch_on(pdl, weight.nbytes) if kind == "lm_head"
+                else prefetch_on(pdl, weight.nbytes * (2 if up_weight is not None else 1)))
+    lines = prefetch_lines(cfg.block_n * k * weight.element_size()) if prefetch else 0
     grid = triton.cdiv(n, cfg.block_n)
     ksplit, ks = k_slices(cfg, k, weight.dtype)
     unroll = unroll_norm(k, cfg.block_k)
-    if ahead is not None:
-        xn = ahead.operand(x, norm_weight, weight)
-    else:
-        xn = prenorm(norm_weight is not None and unroll > 0, grid, k, weight)
+    xn = ahead.operand(x, norm_weight, weight) if ahead is not None else None
     if ahead_out is not None:
         if residual is None:
             raise ValueError("fused_linear: ahead_out needs the residual add (the launch that writes x)")
@@ -454,11 +479,11 @@ def fused_linear_triton(
         BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         PREFETCH_LINES=lines, ELEM_BYTES=weight.element_size(), UNROLL_NORM=unroll,
         EARLY=latency_bound(weight.nbytes * (2 if up_weight is not None else 1)), **pdl,
-        KSPLIT=ksplit, KS=ks, xn_ptr=xn if xn is not None else weight, PRENORM=ahead is None and xn is not None,
+        KSPLIT=ksplit, KS=ks, xn_ptr=xn if xn is not None else weight,
         ss_ptr=ahead.ss if ahead is not None else out, P=parts, BLOCK_P=triton.next_power_of_2(parts),
         AHEAD=ahead is not None, anw_ptr=ahead_out.norm_weight if ahead_out is not None else dummy,
         xw_out_ptr=ahead_out.xw if ahead_out is not None else dummy,
-        ss_out_ptr=ahead_out.ss if ahead_out is not None else out, AHEAD_OUT=ahead_out is not None,
+        ss_out_ptr=ahead_out.ss if ahead_out is not None else out, AHEAD_OUT=ahead_out is not None, SWAP=swapped(cfg),
         **trace_args(kind, grid, out),
     )
     return out

@@ -13,9 +13,9 @@ very functions the separate kernels run (`linear_tile`, `qkv_rope_tile`, `attn_s
 `attn_combine_tile`, `embedding_row`): one source, the same fixed tile shapes and K order, so a row's
 result still never depends on how many rows share the step (batch invariance, what keeps DSpark
 lossless). The LM head and the greedy commit stay separate kernels after it. Its linears walk K in one
-slice and normalise x in every step: a table entry's k_split and DSPARK_PRENORM (kernels/tuning.py,
-kernels/common.py) apply to the separate kernels only, so where k_split is above 1 the two steps round
-those sums differently (tests/gpu compares them within a tolerance).
+slice and normalise x in every step: a table entry's k_split (kernels/tuning.py) and a norm prepared by x's
+producer (kernels/fused_linear.NormAhead, DSPARK_NORM_AHEAD) apply to the separate kernels only, so there the
+two steps round those sums differently (tests/gpu and tests/test_model.py compare them within a tolerance).
 
 Synchronisation: counter g (int32, global memory) counts phase g's finished tiles. A tile's program
 waits for all its threads' stores (CTA barrier), then adds 1 with release semantics; a program

@@ -14,13 +14,13 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import (UPCAST_DOT, l2_prefetch, latency_bound, mma, mma3, pdl_args, pdl_start, prefetch_lines,
-                            prefetch_on, prenorm, stamp, stamp_now, trace_args, unroll_norm)
+from kernels.common import (UPCAST_DOT, halves_back, l2_prefetch, latency_bound, mma3, mma_xw, pdl_args, pdl_start,
+                            prefetch_lines, prefetch_on, stamp, stamp_now, trace_args, unroll_norm)
 
-from kernels.fused_linear import BLOCK_M, NormAhead, ahead_rstd, norm_input, prenorm_operand, slices_x_block
+from kernels.fused_linear import BLOCK_M, NormAhead, ahead_scale, norm_input, slices_x_block, walk_operand
 from kernels.prefill import rope_rotate
 from kernels.rmsnorm import rmsnorm_reference
-from kernels.tuning import config_for, k_slices
+from kernels.tuning import config_for, k_slices, swapped
 
 
 def qkv_rope_reference(
@@ -83,30 +83,43 @@ def qkv_prefetch(pid, w_ptr, K, HD: tl.constexpr, SUB: tl.constexpr, PREFETCH_LI
 
 @triton.jit
 def _qkv_k_block(acc1, acc2, kk, x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, row0, rh, K, HALF: tl.constexpr,
-                 IEEE: tl.constexpr, UPCAST: tl.constexpr, CACHE: tl.constexpr, xn_ptr=None, PRENORM: tl.constexpr = False):
+                 IEEE: tl.constexpr, UPCAST: tl.constexpr, CACHE: tl.constexpr, xn_ptr=None, PREPARED: tl.constexpr = False):
     """One BLOCK_K step of the K walk: both rotate-half halves of a head."""
     k_mask = kk < K
-    if PRENORM:
-        a = prenorm_operand(xn_ptr, rm, m_mask, kk, k_mask, K)
-    else:
-        xv = tl.load(x_ptr + rm[:, None] * x_stride + kk[None, :], mask=m_mask[:, None] & k_mask[None, :], other=0.0,
-                     cache_modifier=CACHE).to(tl.float32)
-        nw = tl.load(norm_ptr + kk, mask=k_mask, other=0.0).to(tl.float32)
-        a = (xv * rstd[:, None] * nw[None, :]).to(w_ptr.dtype.element_ty)
+    a = walk_operand(x_ptr, x_stride, rm, m_mask, kk, k_mask, K, rstd, norm_ptr, w_ptr, True, CACHE, xn_ptr, PREPARED)
     w1 = tl.load(w_ptr + (row0 + rh)[:, None] * K + kk[None, :], mask=k_mask[None, :], other=0.0)
     w2 = tl.load(w_ptr + (row0 + HALF + rh)[:, None] * K + kk[None, :], mask=k_mask[None, :], other=0.0)
-    return mma(a, tl.trans(w1), acc1, IEEE, UPCAST), mma(a, tl.trans(w2), acc2, IEEE, UPCAST)
+    return mma_xw(a, w1, acc1, False, IEEE, UPCAST), mma_xw(a, w2, acc2, False, IEEE, UPCAST)
+
+
+@triton.jit
+def _qkv_walk_swapped(x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, row0, K, HD: tl.constexpr, IEEE: tl.constexpr,
+                      UPCAST: tl.constexpr, CACHE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, xn_ptr=None,
+                      PREPARED: tl.constexpr = False):
+    """The K walk of a whole head as one tile of HD weight rows, the product transposed (acc [HD, BLOCK_M];
+    tuning.LaunchConfig.swap_ab), then its two rotate-half halves [BLOCK_M, HD / 2]."""
+    HALF: tl.constexpr = HD // 2
+    rd = tl.arange(0, HD)
+    rk = tl.arange(0, BLOCK_K)
+    acc_t = tl.zeros([HD, BLOCK_M], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        kk = k0 + rk
+        k_mask = kk < K
+        a = walk_operand(x_ptr, x_stride, rm, m_mask, kk, k_mask, K, rstd, norm_ptr, w_ptr, True, CACHE, xn_ptr, PREPARED)
+        w = tl.load(w_ptr + (row0 + rd)[:, None] * K + kk[None, :], mask=k_mask[None, :], other=0.0)
+        acc_t = mma_xw(a, w, acc_t, True, IEEE, UPCAST)
+    return halves_back(acc_t, HALF, BLOCK_M)  # rows [0, HALF) of the head are the first half, [HALF, HD) the second
 
 
 @triton.jit
 def _qkv_walk_split(x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, row0, rh, K, KS, HALF: tl.constexpr,
                     UPCAST: tl.constexpr, CACHE: tl.constexpr, BLOCK_M: tl.constexpr, HB: tl.constexpr,
-                    BLOCK_K: tl.constexpr, KSPLIT: tl.constexpr, xn_ptr=None, PRENORM: tl.constexpr = False):
+                    BLOCK_K: tl.constexpr, KSPLIT: tl.constexpr, xn_ptr=None, PREPARED: tl.constexpr = False):
     """Both halves' K walks as KSPLIT slices of KS side by side (fused_linear._linear_walk_split)."""
     acc1 = tl.zeros([KSPLIT, BLOCK_M, HB], dtype=tl.float32)
     acc2 = tl.zeros([KSPLIT, BLOCK_M, HB], dtype=tl.float32)
     for k0 in range(0, KS, BLOCK_K):
-        kk, k_mask, a = slices_x_block(x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, xn_ptr, k0, K, KS, True, PRENORM,
+        kk, k_mask, a = slices_x_block(x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, xn_ptr, k0, K, KS, True, PREPARED,
                                        CACHE, BLOCK_K, KSPLIT)
         w1 = tl.load(w_ptr + (row0 + rh)[None, None, :] * K + kk[:, :, None], mask=k_mask[:, :, None], other=0.0)
         w2 = tl.load(w_ptr + (row0 + HALF + rh)[None, None, :] * K + kk[:, :, None], mask=k_mask[:, :, None], other=0.0)
@@ -123,16 +136,17 @@ def qkv_rope_tile(
     HD: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_QKNORM: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, SUB: tl.constexpr, CACHE: tl.constexpr, UNROLL_NORM: tl.constexpr,
     EARLY: tl.constexpr, trace_ptr=None, TRACE: tl.constexpr = False, KSPLIT: tl.constexpr = 1, KS=0, xn_ptr=None,
-    PRENORM: tl.constexpr = False, ss_ptr=None, P=1, BLOCK_P: tl.constexpr = 1, AHEAD: tl.constexpr = False,
+    ss_ptr=None, P=1, BLOCK_P: tl.constexpr = 1, AHEAD: tl.constexpr = False, SWAP: tl.constexpr = False,
     slot_ptr=None, SLOTS: tl.constexpr = False,
 ):
     """Program `pid` = (head, part): SUB programs per head, part p owning the columns [p*HB, (p+1)*HB) of
     each rotate-half half (HB = HD/2/SUB), so RoPE's pairs (i, i + HD/2) stay in one program. CACHE: the
     load cache modifier of x, UNROLL_NORM the norm's pass unrolled or not, EARLY the positions, RoPE angles
     and bias loaded before the K walk (see fused_linear.linear_tile). TRACE: phase stamps 2 and 3
-    (common.stamp). KSPLIT > 1: the K walk in KSPLIT slices of KS (_qkv_walk_split). PRENORM, AHEAD: x's
-    operand prepared by this program or by x's producer (fused_linear.linear_tile). SLOTS: k/v stored at
-    slot_ptr's slots instead of the rows' positions (a token tree's rows)."""
+    (common.stamp). KSPLIT > 1: the K walk in KSPLIT slices of KS (_qkv_walk_split). AHEAD: x's norm prepared by
+    x's producer (fused_linear.linear_tile). SWAP (SUB == 1): the head's product computed transposed
+    (_qkv_walk_swapped). SLOTS: k/v stored at slot_ptr's slots instead of the rows' positions (a token tree's
+    rows)."""
     HALF: tl.constexpr = HD // 2
     HB: tl.constexpr = HALF // SUB
     head = pid // SUB
@@ -151,21 +165,22 @@ def qkv_rope_tile(
             b2 = tl.load(b_ptr + row0 + HALF + rh).to(tl.float32)
     # RMSNorm's rstd first, from one pass over x (see fused_linear.py for why not inside the K walk), or after the
     # walk from the sums x's producer prepared (AHEAD)
-    rstd, sums = norm_input(pid, x_ptr, x_stride, rm, m_mask, K, eps, norm_ptr, xn_ptr, ss_ptr, P, trace_ptr, BLOCK_M,
-                            BLOCK_K, BLOCK_P, CACHE, UNROLL_NORM, PRENORM, AHEAD, TRACE)
-    if KSPLIT > 1:
+    rstd, sums = norm_input(pid, x_ptr, x_stride, rm, m_mask, K, eps, ss_ptr, P, trace_ptr, BLOCK_M,
+                            BLOCK_K, BLOCK_P, CACHE, UNROLL_NORM, AHEAD, TRACE)
+    if SWAP:  # SUB == 1: the whole head
+        acc1, acc2 = _qkv_walk_swapped(x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, row0, K, HD, IEEE, UPCAST, CACHE,
+                                       BLOCK_M, BLOCK_K, xn_ptr, AHEAD)
+    elif KSPLIT > 1:
         acc1, acc2 = _qkv_walk_split(x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, row0, rh, K, KS, HALF, UPCAST, CACHE,
-                                     BLOCK_M, HB, BLOCK_K, KSPLIT, xn_ptr, PRENORM or AHEAD)
+                                     BLOCK_M, HB, BLOCK_K, KSPLIT, xn_ptr, AHEAD)
     else:
         acc1 = tl.zeros([BLOCK_M, HB], dtype=tl.float32)
         acc2 = tl.zeros([BLOCK_M, HB], dtype=tl.float32)
         for k0 in range(0, K, BLOCK_K):
             acc1, acc2 = _qkv_k_block(acc1, acc2, k0 + rk, x_ptr, x_stride, rm, m_mask, rstd, norm_ptr, w_ptr, row0, rh, K,
-                                      HALF, IEEE, UPCAST, CACHE, xn_ptr, PRENORM or AHEAD)
+                                      HALF, IEEE, UPCAST, CACHE, xn_ptr, AHEAD)
     if AHEAD:
-        rstd = ahead_rstd(sums, K, eps)
-        acc1 = acc1 * rstd[:, None]
-        acc2 = acc2 * rstd[:, None]
+        acc1, acc2 = ahead_scale(acc1, acc2, sums, K, eps)
     if TRACE:
         stamp(trace_ptr, pid, 3, acc1 + acc2)
     if HAS_BIAS:
@@ -222,8 +237,8 @@ def _qkv_rope_kernel(
     HD: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_QKNORM: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, SUB: tl.constexpr, PREFETCH_LINES: tl.constexpr,
     ELEM_BYTES: tl.constexpr, USE_PDL: tl.constexpr, UNROLL_NORM: tl.constexpr, EARLY: tl.constexpr,
-    trace_ptr, TRACE: tl.constexpr, KSPLIT: tl.constexpr, KS, xn_ptr, PRENORM: tl.constexpr, ss_ptr, P,
-    BLOCK_P: tl.constexpr, AHEAD: tl.constexpr, slot_ptr, SLOTS: tl.constexpr,
+    trace_ptr, TRACE: tl.constexpr, KSPLIT: tl.constexpr, KS, xn_ptr, ss_ptr, P,
+    BLOCK_P: tl.constexpr, AHEAD: tl.constexpr, SWAP: tl.constexpr, slot_ptr, SLOTS: tl.constexpr,
 ):
     pid = tl.program_id(0)
     if TRACE:
@@ -233,14 +248,10 @@ def _qkv_rope_kernel(
     pdl_start(USE_PDL)
     if TRACE:
         stamp_now(trace_ptr, pid, 1)
-    if AHEAD:
-        xp = xn_ptr  # the producer's operand, shared by every program
-    else:
-        xp = xn_ptr + pid * BLOCK_M * K  # this program's scratch (PRENORM)
     qkv_rope_tile(pid, x_ptr, x_stride, norm_ptr, w_ptr, b_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr,
                   q_ptr, k_cache_ptr, v_cache_ptr, cache_head_stride, M, K, eps, H, KVH,
                   HD, HAS_BIAS, HAS_QKNORM, IEEE, UPCAST, BLOCK_M, BLOCK_K, SUB, "", UNROLL_NORM, EARLY, trace_ptr, TRACE,
-                  KSPLIT, KS, xp, PRENORM, ss_ptr, P, BLOCK_P, AHEAD, slot_ptr, SLOTS)
+                  KSPLIT, KS, xn_ptr, ss_ptr, P, BLOCK_P, AHEAD, SWAP, slot_ptr, SLOTS)
     if TRACE:
         stamp_now(trace_ptr, pid, 4)
 
@@ -277,12 +288,15 @@ def qkv_rope_triton(
     # block_n = columns per program of each rotate-half half (0: the whole head), at least 16 (the
     # product's tile); a per-head RMSNorm (qk_norm) needs the whole head in one program
     sub = 1 if (q_norm is not None or not cfg.block_n) else max(1, (hd // 2) // max(cfg.block_n, 16))
+    swap = swapped(cfg)
+    if swap and sub != 1:
+        raise ValueError(f"qkv_rope: swap_ab takes a whole head per program (block_n 0), got block_n {cfg.block_n}")
     pdl = pdl_args(x)
     lines = prefetch_lines((hd // 2 // sub) * k * wqkv.element_size()) if prefetch_on(pdl, wqkv.nbytes) else 0
     grid = (n_heads + 2 * n_kv_heads) * sub
     ksplit, ks = k_slices(cfg, k, wqkv.dtype)
     unroll = unroll_norm(k, cfg.block_k)
-    xn = ahead.operand(x, norm_weight, wqkv) if ahead is not None else prenorm(unroll > 0, grid, k, wqkv)
+    xn = ahead.operand(x, norm_weight, wqkv) if ahead is not None else None
     parts = ahead.ss.shape[1] if ahead is not None else 1
     _qkv_rope_kernel[(grid,)](
         x, x.stride(0), norm_weight, wqkv, bqkv if bqkv is not None else wqkv,
@@ -292,9 +306,9 @@ def qkv_rope_triton(
         HD=hd, HAS_BIAS=bqkv is not None, HAS_QKNORM=q_norm is not None, UPCAST=UPCAST_DOT, IEEE=wqkv.dtype == torch.float32,
         BLOCK_M=BLOCK_M, BLOCK_K=cfg.block_k, SUB=sub, PREFETCH_LINES=lines, ELEM_BYTES=wqkv.element_size(),
         UNROLL_NORM=unroll, EARLY=latency_bound(wqkv.nbytes), KSPLIT=ksplit, KS=ks,
-        xn_ptr=xn if xn is not None else wqkv, PRENORM=ahead is None and xn is not None,
+        xn_ptr=xn if xn is not None else wqkv,
         ss_ptr=ahead.ss if ahead is not None else q_out, P=parts, BLOCK_P=triton.next_power_of_2(parts),
-        AHEAD=ahead is not None, slot_ptr=slots if slots is not None else positions, SLOTS=slots is not None,
+        AHEAD=ahead is not None, SWAP=swap, slot_ptr=slots if slots is not None else positions, SLOTS=slots is not None,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl, **trace_args("qkv", grid, q_out),
     )
     return q_out

@@ -22,6 +22,13 @@ class LaunchConfig:
     # times fewer steps, each a k_split-wide batch. The sums group differently from k_split = 1 (other
     # rounding; still independent of the number of rows).
     k_split: int = 1
+    # The product computed transposed, W @ x^T (acc [block_n, rows]), so that the weight tile's rows are the MMA's M:
+    # on Hopper a tile of 64 weight rows (QKV: a whole head; SwiGLU: block_n 32, gate's and up's rows stacked; a
+    # linear: block_n 64) then runs on the warpgroup MMA (wgmma: both operands read from shared memory, a K step's
+    # four products issued back to back and awaited once) instead of mma.sync's chain of dependent products with
+    # their shared-memory loads; rows' tiles stay 16. K in one slice (k_split 1). Each row's sums are still its
+    # own; their rounding may differ from the untransposed product's (the tensor cores' instructions differ).
+    swap_ab: bool = False
 
 
 DEFAULTS = {
@@ -45,14 +52,18 @@ DEFAULTS = {
 # (128-wide K steps): the step 3-5 % faster at 1k, 4k and 7936, 1 and 7 rows (docs/perf.md). QKV's 5
 # pipeline stages (was 4) from a one-field-at-a-time descent at 4k, confirmed by re-timing and again in
 # three later calls: the step 1-1.5 % faster at 4k and 7936 (docs/perf.md, 2026-12-04 thirteenth session).
+# With each norm prepared by x's producer (fused_linear.NormAhead) QKV and gate/up walk 64-wide K steps,
+# gate/up with 5 stages: the step 2.4 % faster at 4k (seventeenth session); then the table `both_swap` of
+# docs/perf-data/2026-12-04-next-calls/tables/, picked by bench/gpu_table_pick.sh (docs/perf.md, the
+# session that ran it).
 TABLE: dict[tuple[str, int, int], LaunchConfig] = {
-    ("qkv", 960, 576): LaunchConfig(block_n=0, block_k=64, num_warps=4, num_stages=5),
+    ("qkv", 960, 576): LaunchConfig(block_n=0, block_k=64, num_warps=4, num_stages=5, swap_ab=True),
     # The o-proj and the down-proj walk K in four slices side by side (k_split, one warp each; 64-wide steps):
     # the step 1.9-2.3 % faster (down) and 0.6-0.9 % (o-proj) at 1k and 4k, 1 and 7 rows; QKV and gate/up,
     # whose steps also normalise x, 8-12 % slower that way (docs/perf.md, 2026-12-04 sixteenth session).
     ("linear", 576, 576): LaunchConfig(block_n=16, block_k=64, num_warps=4, num_stages=4, k_split=4),
     ("linear", 576, 1536): LaunchConfig(block_n=16, block_k=64, num_warps=4, num_stages=4, k_split=4),
-    ("swiglu", 1536, 576): LaunchConfig(block_n=32, block_k=64, num_warps=4, num_stages=5),
+    ("swiglu", 1536, 576): LaunchConfig(block_n=32, block_k=64, num_warps=4, num_stages=5, swap_ab=True),
     ("lm_head", 49152, 576): LaunchConfig(block_n=128, block_k=64, num_warps=4, num_stages=3),
     # block_k = keys per inner block, at most the split's: a split of 64 keys (contexts to ~7,800) is one block
     # of 64; from ~7,900 the split is 128 keys, one block of 128, so it too is read before the dependency
@@ -85,6 +96,13 @@ def k_slices(cfg: LaunchConfig, k: int, weight_dtype) -> tuple[int, int]:
         raise ValueError(f"k_split must be 1, 2, 4 or 8, got {cfg.k_split}")
     s = 1 if weight_dtype == torch.float32 else cfg.k_split
     return s, 16 * -(-(-(-k // s)) // 16)
+
+
+def swapped(cfg: LaunchConfig) -> bool:
+    """Whether a launch under cfg computes its product transposed (LaunchConfig.swap_ab)."""
+    if cfg.swap_ab and cfg.k_split != 1:
+        raise ValueError(f"swap_ab walks K in one slice, got k_split {cfg.k_split}")
+    return cfg.swap_ab
 
 
 def config_for(kind: str, n: int, k: int) -> LaunchConfig:

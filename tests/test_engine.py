@@ -39,6 +39,19 @@ def test_logits_and_greedy_continuation_match_hf_transformers(engine, bundled):
     assert engine.generate(ids, 64, stop_at_eos=False).tokens == hf_cont  # through the decode step, not forward_full
 
 
+def test_greedy_decode_runs_several_steps_per_launch(engine):
+    """Greedy AR decode runs generate.AR_LAUNCHES steps per launch (each with its device-side commit): any
+    length's tokens are the prefix of a longer decode's, whatever launches make it up; several steps in one
+    launch without the commit between them are refused."""
+    ids = engine.tokenizer.encode("def fibonacci(n):")
+    full = engine.generate(ids, 40, stop_at_eos=False).tokens
+    for n in (1, 2, 7, 21):  # after the prefill's token, launches of: none; 1; 4 + 2; 16 + 4
+        assert engine.generate(ids, n, stop_at_eos=False).tokens == full[:n]
+    s = engine.session(len(ids), 8)
+    with pytest.raises(ValueError, match="commit"):
+        s.step(1, commit=False, times=2)
+
+
 def test_code_prompt_continues_as_code(engine):
     tok = engine.tokenizer
     out = engine.generate(tok.encode("def fibonacci(n):"), 48)

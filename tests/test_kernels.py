@@ -328,40 +328,77 @@ def test_k_slices_are_aligned_and_checked():
         tuning.k_slices(tuning.LaunchConfig(k_split=3), 576, torch.bfloat16)
 
 
-@pytest.mark.parametrize("k_split", [1, 4])
-@pytest.mark.parametrize("variant", ["norm", "swiglu"])
-def test_prenormalised_operand_gives_the_same_bits(variant, k_split, gen, kernel_switch):
-    """DSPARK_PRENORM: x normalised once into the program's scratch and read back by the walk: the bits of
-    the walk that normalises each step (a K that is not a multiple of the step; 7 rows and 1)."""
-    m, k, n = 7, 200, 72
+@pytest.mark.parametrize("block_n", [32, 64])
+@pytest.mark.parametrize("variant", ["residual", "norm", "swiglu", "ahead", "swiglu_ahead"])
+def test_the_product_computed_transposed_keeps_the_value_and_rows_invariant(variant, block_n, gen):
+    """tuning.LaunchConfig.swap_ab: W @ x^T (64 weight rows per program, SwiGLU's gate and up rows stacked: the
+    warpgroup MMA's M on Hopper), over a K whose last step is masked and an N whose last tile is: the fused op's
+    value, the same as the untransposed product within rounding, and a row's bits the same alone as beside six
+    others."""
+    m, k, n = 7, 200, 100
+    kind = "swiglu" if variant.startswith("swiglu") else "linear"
     x = randn(m, k, g=gen)
     w = randn(n, k, g=gen, dtype=torch.bfloat16, scale=k**-0.5)
-    kw = {"norm_weight": randn(k, g=gen) * 0.1 + 1.0}
-    if variant == "swiglu":
-        kw["up_weight"] = randn(n, k, g=gen, dtype=torch.bfloat16, scale=k**-0.5)
-    kind = "swiglu" if variant == "swiglu" else "linear"
-    with tuning.override(kind, block_k=64 // k_split * 2 if k_split > 1 else 64, k_split=k_split):
-        kernel_switch("DSPARK_PRENORM", False)
-        plain = [fused_linear_triton(x[:r], w, out_dtype=torch.float32, **kw) for r in (7, 1)]
-        kernel_switch("DSPARK_PRENORM", True)
-        pre = [fused_linear_triton(x[:r], w, out_dtype=torch.float32, **kw) for r in (7, 1)]
-    assert all(torch.equal(a, b) for a, b in zip(plain, pre))
+    nw = randn(k, g=gen) * 0.1 + 1.0
+    up = randn(n, k, g=gen, dtype=torch.bfloat16, scale=k**-0.5)
+    kw = {"residual": {"residual": randn(m, n, g=gen)}, "norm": {"norm_weight": nw, "eps": 1e-6},
+          "swiglu": {"norm_weight": nw, "eps": 1e-6, "up_weight": up}, "ahead": {"norm_weight": nw, "eps": 1e-6},
+          "swiglu_ahead": {"norm_weight": nw, "eps": 1e-6, "up_weight": up}}[variant]
+
+    def run(rows):
+        if not variant.endswith("ahead"):
+            one = {key: (v[rows] if key == "residual" else v) for key, v in kw.items()}
+            return fused_linear_triton(x[rows], w, out_dtype=torch.float32, **one)
+        h = x[rows, :96]
+        y, ahead, _ = produce_ahead(h, randn(k, 96, g=torch.Generator().manual_seed(5), dtype=torch.bfloat16, scale=0.1),
+                                    torch.zeros(h.shape[0], k, device=DEV), nw, h.shape[0])
+        return fused_linear_triton(y, w, out_dtype=torch.float32, ahead=ahead, **kw)
+
+    with tuning.override(kind, block_n=block_n, block_k=32):
+        plain = run(slice(0, m))
+    with tuning.override(kind, block_n=block_n, block_k=32, swap_ab=True):
+        together = run(slice(0, m))
+        for r in (0, 3, 6):
+            assert torch.equal(run(slice(r, r + 1))[0], together[r])
+    assert rel_err(together, plain) < 1e-5  # both sum bf16 products in float32; only the order within a step may differ
+    if not variant.endswith("ahead"):
+        assert rel_err(together, fused_linear_reference(x, w, out_dtype=torch.float32, **kw)) < bound(torch.bfloat16)
 
 
-@pytest.mark.parametrize("k_split", [1, 4])
-def test_qkv_rope_with_a_prenormalised_operand_gives_the_same_bits(k_split, gen, kernel_switch):
+@pytest.mark.parametrize("ahead", [False, True])
+def test_qkv_rope_with_the_head_computed_transposed(ahead, gen):
+    """swap_ab on QKV: each head's 64 weight rows as one tile of the transposed product, split into RoPE's halves
+    after the walk: q and the cache as without it (within rounding), a row alone the bits it gets beside the
+    others; with the head split over programs (block_n > 0) or the K walk in slices it is refused."""
     heads, kv_heads, head_dim, m, cap, x, nw, w, cos, sin, pos = bundled_qkv_case(gen)
+    d = nw.shape[0]
+    h, res = randn(m, 64, g=gen), randn(m, d, g=gen)
+    wo = randn(d, 64, g=gen, dtype=torch.bfloat16, scale=64**-0.5)
 
-    def run():
+    def run(rows):
         kc, vc = (torch.zeros(kv_heads, cap, head_dim, dtype=torch.bfloat16, device=DEV) for _ in range(2))
-        return qkv_rope_triton(x, nw, w, None, None, None, cos, sin, pos, kc, vc, heads, kv_heads, 1e-6), kc, vc
+        a = None
+        xr = x[rows]
+        if ahead:
+            xr, a, _ = produce_ahead(h[rows], wo, res[rows], nw, xr.shape[0])
+        q = qkv_rope_triton(xr, nw, w, None, None, None, cos, sin, pos[rows], kc, vc, heads, kv_heads, 1e-6, ahead=a)
+        return q, kc, vc
 
-    with tuning.override("qkv", block_k=64 if k_split == 1 else 32, k_split=k_split):
-        kernel_switch("DSPARK_PRENORM", False)
-        plain = run()
-        kernel_switch("DSPARK_PRENORM", True)
-        pre = run()
-    assert all(torch.equal(a, b) for a, b in zip(plain, pre))
+    with tuning.override("qkv", block_n=0, block_k=32):
+        q0, kc0, vc0 = run(slice(0, m))
+    with tuning.override("qkv", block_n=0, block_k=32, swap_ab=True):
+        q, kc, vc = run(slice(0, m))
+        for r in (0, m - 1):
+            q1, kc1, _ = run(slice(r, r + 1))
+            assert torch.equal(q1[0], q[r]) and torch.equal(kc1[:, pos[r]], kc[:, pos[r]])
+    assert rel_err(q, q0) < 1e-2 and rel_err(kc, kc0) < 1e-2 and rel_err(vc, vc0) < 1e-2  # bf16 outputs
+    if not ahead:
+        kc2, vc2 = (torch.zeros(kv_heads, cap, head_dim, dtype=torch.bfloat16, device=DEV) for _ in range(2))
+        want = qkv_rope_reference(x, nw, w, None, None, None, cos, sin, pos.long(), kc2, vc2, heads, kv_heads, 1e-6)
+        assert rel_err(q, want) < bound(torch.bfloat16) and rel_err(kc, kc2) < bound(torch.bfloat16)
+    for bad in ({"block_n": 16, "swap_ab": True}, {"block_n": 0, "k_split": 2, "swap_ab": True}):
+        with tuning.override("qkv", block_k=32, **bad), pytest.raises(ValueError, match="swap_ab"):
+            run(slice(0, m))
 
 
 def produce_ahead(h, wo, res, nw, rows, k_split=1):
@@ -678,3 +715,19 @@ def test_early_epilogue_loads_compute_the_same_bits(monkeypatch, gen):
                      qkv_rope_triton(x, nw, wqkv, bqkv, None, None, cos, sin, pos, caches[0], caches[1], heads, kvh, 1e-6),
                      caches[0], caches[1]])
     assert all(torch.equal(a, c) for a, c in zip(*runs))
+
+
+def test_the_lm_head_prefetches_only_when_asked_and_l2_sized(kernel_switch):
+    """The LM head (bandwidth-bound) prefetches its programs' tiles before the wait only with
+    DSPARK_LM_HEAD_PREFETCH=1, with programmatic dependent launch, with the L2 prefetch not switched off, and
+    for weights of at most LM_HEAD_PREFETCH_MAX_BYTES (the bundled model's 56 MB, not a guard's 500 MB)."""
+    from kernels import common
+
+    pdl, bundled, guard = {"USE_PDL": True}, 49152 * 576 * 2, 128256 * 2048 * 2
+    assert not common.lm_head_prefetch_on(pdl, bundled)  # off by default
+    kernel_switch("DSPARK_LM_HEAD_PREFETCH", True)
+    assert common.lm_head_prefetch_on(pdl, bundled)
+    assert not common.lm_head_prefetch_on(pdl, guard)
+    assert not common.lm_head_prefetch_on({"USE_PDL": False}, bundled)
+    kernel_switch("DSPARK_L2_PREFETCH", False)
+    assert not common.lm_head_prefetch_on(pdl, bundled)

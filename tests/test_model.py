@@ -91,6 +91,26 @@ def test_step_rows_are_batch_invariant(backend):
 
 
 
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_the_step_with_its_products_transposed(arch):
+    """Every product of the step computed transposed (kernels.tuning.LaunchConfig.swap_ab: QKV's heads, gate/up's
+    stacked rows, the o-proj, down-proj and LM head as 64-row tiles) in bf16: the step's logits as without it
+    (within rounding), and rows fed three at a time give the bits they give one at a time (DSpark's losslessness)."""
+    from kernels import tuning
+
+    c = tiny_config(arch, ffn_dim=128)
+    w = random_weights(c)
+    tokens = torch.randint(0, c.vocab_size, (32,), generator=torch.Generator().manual_seed(3)).tolist()
+    model = Transformer(c, w, DEV, torch.bfloat16, "triton")
+    plain = run_steps(model, tokens, 20, 1)
+    with tuning.override("qkv", block_n=0, swap_ab=True), tuning.override("swiglu", block_n=32, swap_ab=True), \
+            tuning.override("linear", block_n=64, k_split=1, swap_ab=True):
+        one = run_steps(model, tokens, 20, 1)
+        three = run_steps(model, tokens, 20, 3)
+    assert torch.equal(one, three)
+    assert (one - plain).abs().max().item() < 2e-2 * plain.abs().max().item()
+
+
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16] if DEV == "cuda" else [torch.float32])
 def test_prefill_kernels_compute_what_the_torch_ops_compute(arch, dtype):

@@ -175,6 +175,23 @@ def test_programmatic_dependent_launch_changes_no_bit(loaded, monkeypatch):
     assert all(torch.equal(a, b) for a, b in zip(on[0], off[0])) and on[1] == off[1]
 
 
+@pytest.mark.parametrize("switch, default", [("DSPARK_L2_PREFETCH", True), ("DSPARK_LM_HEAD_PREFETCH", False)])
+def test_l2_prefetches_change_no_bit(loaded, kernel_switch, switch, default):
+    """The L2 prefetches before the dependency wait (every latency-bound kernel's weights and keys; the LM head's
+    tiles with DSPARK_LM_HEAD_PREFETCH=1) read nothing into registers: steps of 1 and 7 rows and a greedy
+    decode give the same bits with the switch on and off."""
+    v = loaded.config.vocab_size
+    ids, fed = random_ids(3000, v, seed=21), random_ids(14, v, seed=22)
+
+    def run(on: bool):
+        kernel_switch(switch, on)
+        e = Engine(loaded=loaded, device="cuda")
+        return [logits_by_rows(e, ids, fed, rows) for rows in (1, 7)], e.generate(ids, 64, stop_at_eos=False).tokens
+
+    base, other = run(default), run(not default)
+    assert all(torch.equal(a, b) for a, b in zip(base[0], other[0])) and base[1] == other[1]
+
+
 @pytest.mark.parametrize("ctx", (1024, 4096, 7936))
 def test_captured_prefill_context_writes_what_the_eager_one_writes(engine, ctx):
     """The drafter's context over a prompt's last window positions runs as one captured graph (static
