@@ -97,8 +97,11 @@ def head_sweep(engine, s, g, ctx: int, configs: str, replays: int) -> None:
 
 
 def verify_and_commit(engine, s, m: int, tree: bool) -> None:
-    """The verify and its commit, eager (a previous main's checkout has no trees and no Session.commit)."""
-    if tree:
+    """The verify and its commit, eager, as the engine runs them (a previous main's checkout may have no
+    Transformer.step(commit=), no trees and no Session.commit)."""
+    if hasattr(s, "step_commit"):
+        engine.model.step(s.io, m, s.cache, tree=tree, commit=s.step_commit())
+    elif tree:
         engine.model.step(s.io, m, s.cache, tree=True)
         s.commit(m, True)
     else:

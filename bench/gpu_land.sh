@@ -14,6 +14,8 @@
 #           With TABLES=a JSON file of named tables (bench/step_sweep.py --tables), also each table's
 #           step against this tree's table ("base": {}), two alternating passes, and its per-kernel breakdown;
 #           with SWITCHES="VAR ..." (bench/gpu_timing.py's switches), each one timed on and off in one process;
+#           with AR=1, AR decode by the engine's own clock on random weights (bench/pdl_check.py --random), the
+#           previous main's process and this tree's alternating, twice each (the step and its commit, as decoded);
 #           with PHASES=1, each kernel's phases at 4k, 1 row (bench/kernel_phases.py) on both trees, compared;
 #           with DRAFT="CHUNK:WARPS,..." (or DRAFT=table), bench/draft_profile.py on both trees (a DSpark iteration,
 #           its draft pass) and, on this tree, the drafter's head alone and the draft pass per head configuration
@@ -54,6 +56,29 @@ for k in sorted(prev):
         print(f"step ctx {k[0]} rows {k[1]}: previous main {prev[k]:.1f} us, this tree {new[k]:.1f} us ({new[k] / prev[k] - 1:+.1%})")
 PY
     }
+    if [ "${AR:-0}" = 1 ]; then  # AR decode, engine's clock, both trees, alternating processes
+      for rep in 1 2; do
+        (cd /tmp/prev && timeout 120 python3 bench/pdl_check.py --random --only on --contexts 1024,4096,7936 --reps 3) \
+          >> "$OUT/ar-prev.jsonl" 2>> "$OUT/ar-prev.err"
+        timeout 120 python3 bench/pdl_check.py --random --only on --contexts 1024,4096,7936 --reps 3 >> "$OUT/ar-new.jsonl" \
+          2>> "$OUT/ar-new.err"
+      done
+      python3 - "$OUT" <<'PY'
+import json, statistics, sys
+out = sys.argv[1]
+def tps(name):
+    rows = [json.loads(l) for l in open(f"{out}/{name}.jsonl") if l.startswith("{")]
+    by = {}
+    for r in rows:
+        by.setdefault(r["ctx"], []).append(r["ar_tps_pdl"])
+    return by
+prev, new = tps("ar-prev"), tps("ar-new")
+for ctx in sorted(prev):
+    if ctx in new:
+        p, n = statistics.median(prev[ctx]), statistics.median(new[ctx])
+        print(f"AR decode ctx {ctx}: previous main {p:.1f} tok/s {prev[ctx]}, this tree {n:.1f} tok/s {new[ctx]} ({n / p - 1:+.1%})")
+PY
+    fi
     if [ "${PHASES:-0}" = 1 ]; then  # each kernel's phases (bench/kernel_phases.py), 4k, 1 row, on both trees
       (cd /tmp/prev && timeout 90 python3 bench/kernel_phases.py --contexts 4096 --rows 1) > "$OUT/phases-prev.jsonl" \
         2> "$OUT/phases-prev.err"

@@ -61,6 +61,10 @@ def compile_one(name, fn, sig: dict, const: dict, num_warps: int, num_stages: in
         if "AHEAD_OUT" in fn.arg_names:
             sig = dict(sig, anw_ptr="*fp32", xw_out_ptr="*bf16", ss_out_ptr="*fp32")
             const = dict(const, AHEAD_OUT=AHEAD and const.get("HAS_RES", False))
+    if "HEAD" in fn.arg_names:  # the LM head's argmaxes and commit (kernels.greedy_commit.HeadArgmax), off unless asked
+        sig = dict(sig, hp_ptr="*fp32", hi_ptr="*i64", ha_ptr="*i64", hc_ptr="*i32", ht_ptr="*i64", hpos_ptr="*i32",
+                   hkv_ptr="*i32", hout_ptr="*i64", hst_ptr="*i64", hh_ptr="*i64", H_ROWS="i32")
+        const = dict(dict(HEAD=False, H_COMMIT=False, H_HIST=False, H_BLOCK_S=1, H_BLOCK_ROWS=2), **const)
     sig = dict(sig, **{k: "constexpr" for k in const})
     # pointers 16-byte aligned, as the JIT specializes them at a launch with torch's allocations (vector loads)
     attrs = {(fn.arg_names.index(k),): [["tt.divisibility", 16]] for k, t in sig.items() if t.startswith("*") or k in DIV16}
@@ -93,6 +97,11 @@ def main() -> int:
                          UNROLL_NORM=unroll, EARLY=kind != "lm_head", KSPLIT=cfg.k_split, SWAP=cfg.swap_ab)
             out.append(compile_one(f"fused_linear {kind} {n}x{k}{' unrolled' if unroll else ''}", _fused_linear_kernel, lin,
                                    const, cfg.num_warps, cfg.num_stages))
+            if kind == "lm_head" and "HEAD" in _fused_linear_kernel.arg_names:  # with its argmaxes and the chain's commit
+                head = dict(HEAD=True, H_COMMIT=True, H_HIST=True, H_BLOCK_S=triton.next_power_of_2(-(-n // cfg.block_n)),
+                            H_BLOCK_ROWS=8)
+                out.append(compile_one(f"fused_linear {kind} {n}x{k}{' unrolled' if unroll else ''} argmax+commit",
+                                       _fused_linear_kernel, lin, dict(const, **head), cfg.num_warps, cfg.num_stages))
     qkv = {"x_ptr": "*fp32", "x_stride": "i32", "norm_ptr": "*fp32", "w_ptr": "*bf16", "b_ptr": "*bf16", "qn_ptr": "*fp32",
            "kn_ptr": "*fp32", "cos_ptr": "*fp32", "sin_ptr": "*fp32", "pos_ptr": "*i32", "q_ptr": "*bf16",
            "k_cache_ptr": "*bf16", "v_cache_ptr": "*bf16", "cache_head_stride": "i32", "M": "i32", "K": "i32",

@@ -24,8 +24,8 @@ from kernels.common import norm_ahead
 from kernels.decode_attention import AttentionWorkspace, attention_reference, attention_triton, default_split
 from kernels.embedding import block_inputs_reference, block_inputs_triton, embedding_reference, embedding_triton
 from kernels.fused_linear import NormAhead, fused_linear_reference, fused_linear_triton
-from kernels.greedy_commit import (greedy_commit_reference, greedy_commit_triton, rows_from_base_reference, rows_from_base_triton,
-                                   tree_commit_reference, tree_commit_triton)
+from kernels.greedy_commit import (HeadArgmax, greedy_commit_reference, greedy_commit_triton, rows_from_base_reference,
+                                   rows_from_base_triton, tree_commit_reference, tree_commit_triton)
 from kernels.persistent_step import PersistentBuffers, check_persistent, persistent_step_triton
 from kernels.qkv_rope import qkv_rope_reference, qkv_rope_triton
 from kernels.prefill import rope_prefill_reference, rope_prefill_triton, silu_mul_reference, silu_mul_triton
@@ -241,12 +241,16 @@ class Transformer:
         return out, captured
 
     # -- the decode / verify step ---------------------------------------------------------------
-    def step(self, io: "StepIO", m: int, cache: KVCache, tree: bool = False) -> None:
+    def step(self, io: "StepIO", m: int, cache: KVCache, tree: bool = False, commit: "StepCommit | None" = None) -> None:
         """Runs rows 0..m-1 of `io` (tokens at io.positions, each seeing keys [kv_start, kv_end)),
         writing logits into io.logits and the residual after each capture layer into io.capture.
         On the torch backend all STEP_ROWS rows are computed (fixed shapes keep rows invariant).
         tree: the rows are a token tree (StepIO.set_tree): row r's keys go to slot io.slots[r] and it sees
-        its ancestors' (io.tree); each row's logits are the bits it would get in a chain or alone."""
+        its ancestors' (io.tree); each row's logits are the bits it would get in a chain or alone.
+        commit: the greedy commit of the m rows follows (a chain's or the tree's, kernels/greedy_commit.py),
+        writing commit.out_tokens, commit.state and the next step's inputs. On Triton the LM head's launch
+        leaves the rows' argmaxes (io.argmax) and runs a chain's commit itself (HeadArgmax); a tree's commit
+        reads those argmaxes."""
         c = self.config
         ops = self.ops
         triton_path = ops.backend == "triton"
@@ -255,7 +259,9 @@ class Transformer:
             raise ValueError("the persistent step does not verify token trees")
         if triton_path and io.persistent is not None:
             x = persistent_step_triton(self, io, rows, cache, io.persistent)
-            ops.fused_linear(x, self.lm_head, norm_weight=self.norm, eps=c.norm_eps, out=io.logits[:rows])
+            ops.fused_linear(x, self.lm_head, norm_weight=self.norm, eps=c.norm_eps, out=io.logits[:rows],
+                             head=io.head_argmax(commit, tree))
+            self._commit_after(io, m, cache, tree, commit)
             return
         pos = io.positions[:rows]
         x = ops.embedding(io.tokens[:rows], self.embed)
@@ -283,9 +289,34 @@ class Transformer:
                 if slot is not None:
                     io.capture[slot, :rows].copy_(x)
         if triton_path:
-            ops.fused_linear(x, self.lm_head, norm_weight=self.norm, eps=c.norm_eps, out=io.logits[:rows])
+            ops.fused_linear(x, self.lm_head, norm_weight=self.norm, eps=c.norm_eps, out=io.logits[:rows],
+                             head=io.head_argmax(commit, tree))
         else:
             io.logits[:rows].copy_(ops.fused_linear(x, self.lm_head, norm_weight=self.norm, eps=c.norm_eps, out_dtype=torch.float32))
+        self._commit_after(io, m, cache, tree, commit)
+
+    def _commit_after(self, io: "StepIO", m: int, cache: KVCache, tree: bool, commit: "StepCommit | None") -> None:
+        """Step(commit=)'s commit where the LM head's launch has not run it: a tree's, and the torch backend's."""
+        if commit is None:
+            return
+        ops = self.ops
+        argmax = io.argmax if ops.backend == "triton" else None
+        if tree:
+            ops.tree_commit(io.logits, io.tokens, io.positions, io.kv_end, commit.out_tokens, commit.state, m, io.parents,
+                            io.slots, cache.k, cache.v, io.capture_rows, hist=commit.hist, argmax=argmax)
+        elif argmax is None:
+            ops.greedy_commit(io.logits, io.tokens, io.positions, io.kv_end, commit.out_tokens, commit.state, m,
+                              hist=commit.hist)
+
+
+@dataclass
+class StepCommit:
+    """The greedy commit that follows a step (Transformer.step(commit=)): where the committed tokens go, the
+    session's state (kernels/greedy_commit.py) and, for the on-device DSpark loop, its histogram."""
+
+    out_tokens: torch.Tensor
+    state: torch.Tensor
+    hist: torch.Tensor | None = None
 
 
 class StepIO:
@@ -316,7 +347,17 @@ class StepIO:
         if split is None:
             split = default_split(capacity)
         self.workspace = AttentionWorkspace(STEP_ROWS, c.n_heads, c.head_dim, capacity, split, dev)
+        # the rows' argmaxes the LM head's launch leaves with a commit, and its count (HeadArgmax)
+        self.argmax = torch.zeros(STEP_ROWS, dtype=torch.int64, device=dev)
+        self.head_count = torch.zeros(1, dtype=torch.int32, device=dev)
         self.persistent = PersistentBuffers(c, STEP_ROWS, capture_layers, dev, model.dtype) if model.persistent else None
+
+    def head_argmax(self, commit: StepCommit | None, tree: bool) -> HeadArgmax | None:
+        """What the LM head's launch does for Transformer.step(commit=): the argmaxes; a chain's commit too."""
+        if commit is None:
+            return None
+        chain = (self.tokens, self.positions, self.kv_end, commit.out_tokens, commit.state, commit.hist)
+        return HeadArgmax(self.argmax, self.head_count, None if tree else chain)
 
     def check(self) -> None:
         """After a step has run (never inside a capture): raise if the persistent step ever gave up waiting."""

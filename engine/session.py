@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import torch
 
 from engine.graphs import Replayable
-from engine.model import STEP_ROWS, KVCache, StepIO, Transformer
+from engine.model import STEP_ROWS, KVCache, StepCommit, StepIO, Transformer
 from engine.sampling import SamplingParams
 from kernels.greedy_commit import STATE_SIZE
 
@@ -68,17 +68,20 @@ class Session:
 
             def run() -> None:
                 for _ in range(times):
-                    model.step(io, m, cache, tree=tree)
-                    if commit:
-                        self.commit(m, tree)
+                    model.step(io, m, cache, tree=tree, commit=self.step_commit() if commit else None)
 
             with self.preserved():
                 self._steps[key] = Replayable(run, model.device, self.use_graphs)
             io.check()
         return self._steps[key]
 
+    def step_commit(self, hist: torch.Tensor | None = None) -> StepCommit:
+        """Transformer.step(commit=) for this session: the greedy commit into its output and state."""
+        return StepCommit(self.out_tokens, self.state, hist)
+
     def commit(self, m: int, tree: bool, hist: torch.Tensor | None = None) -> None:
-        """The greedy commit of the step just run over m rows (a chain's, or a token tree's)."""
+        """The greedy commit of the step just run over m rows (a chain's, or a token tree's), on its own (the
+        engine's loops ask the step for it: Transformer.step(commit=))."""
         io, ops = self.io, self.model.ops
         if tree:
             ops.tree_commit(io.logits, io.tokens, io.positions, io.kv_end, self.out_tokens, self.state, m, io.parents, io.slots,

@@ -70,7 +70,7 @@ def _head_depth_kernel(base_ptr, u_ptr, v_ptr, last_ptr, pmax_ptr, pidx_ptr, cma
     else:  # written two launches back or more: every program of the launch before has passed its wait
         x = tl.load(base_ptr + ROW * V + offs, mask=valid, other=float("-inf"))
         pdl_start(USE_PDL)
-        prev = row_argmax(pmax_ptr, pidx_ptr, 0, NCH, BLOCK_S)
+        prev = row_argmax(pmax_ptr, pidx_ptr, 0, NCH, BLOCK_S, "")
         if c == 0:
             tl.store(drafts_ptr + ROW - 1, prev)
             tl.store(tokens_ptr + ROW, prev.to(tokens_ptr.dtype.element_ty))
@@ -89,7 +89,7 @@ def _head_final_kernel(pmax_ptr, pidx_ptr, rmax_ptr, rsum_ptr, h_ptr, conf_w_ptr
                        BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr):
     """One program: the last draft, the confidences and the depth."""
     pdl_start(USE_PDL)
-    prev = row_argmax(pmax_ptr, pidx_ptr, 0, NCH, BLOCK_S)
+    prev = row_argmax(pmax_ptr, pidx_ptr, 0, NCH, BLOCK_S, "")
     p = tl.arange(0, BLOCK_P)
     s = tl.arange(0, BLOCK_S)
     d = tl.arange(0, BLOCK_D)

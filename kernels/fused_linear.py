@@ -14,6 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.greedy_commit import HeadArgmax, head_argmax, head_argmax_args
 from kernels.common import (UPCAST_DOT, halves_back, l2_prefetch, latency_bound, lm_head_prefetch_on, mma3, mma_xw,
                             pdl_args, pdl_start, prefetch_lines, prefetch_on, stamp, stamp_now, trace_args, unroll_norm)
 
@@ -400,10 +401,12 @@ def _fused_linear_kernel(
     PREFETCH_LINES: tl.constexpr, ELEM_BYTES: tl.constexpr, USE_PDL: tl.constexpr, UNROLL_NORM: tl.constexpr,
     EARLY: tl.constexpr, trace_ptr, TRACE: tl.constexpr, KSPLIT: tl.constexpr, KS, xn_ptr,
     ss_ptr, P, BLOCK_P: tl.constexpr, AHEAD: tl.constexpr, anw_ptr, xw_out_ptr, ss_out_ptr, AHEAD_OUT: tl.constexpr,
-    SWAP: tl.constexpr,
+    SWAP: tl.constexpr, hp_ptr, hi_ptr, ha_ptr, hc_ptr, ht_ptr, hpos_ptr, hkv_ptr, hout_ptr, hst_ptr, hh_ptr, H_ROWS,
+    H_BLOCK_S: tl.constexpr, H_BLOCK_ROWS: tl.constexpr, HEAD: tl.constexpr, H_COMMIT: tl.constexpr, H_HIST: tl.constexpr,
 ):
     """AHEAD: x's norm prepared by its producer (xn_ptr, ss_ptr, P: NormAhead); AHEAD_OUT: this launch prepares
-    the next norm (weight anw_ptr) from its output into xw_out_ptr, ss_out_ptr."""
+    the next norm (weight anw_ptr) from its output into xw_out_ptr, ss_out_ptr. HEAD: the rows' argmaxes (and
+    with H_COMMIT the greedy commit) after the logits (kernels.greedy_commit.HeadArgmax, head_argmax)."""
     pid = tl.program_id(0)
     if TRACE:
         stamp_now(trace_ptr, pid, 0)
@@ -422,6 +425,10 @@ def _fused_linear_kernel(
     if AHEAD_OUT:
         ahead_store(acc.to(out_ptr.dtype.element_ty).to(tl.float32), anw, xw_out_ptr, ss_out_ptr, pid, M, N, BLOCK_M,
                     BLOCK_N)
+    if HEAD:
+        head_argmax(acc.to(out_ptr.dtype.element_ty).to(tl.float32), pid, M, N, tl.num_programs(0), hp_ptr, hi_ptr, ha_ptr,
+                    hc_ptr, ht_ptr, hpos_ptr, hkv_ptr, hout_ptr, hst_ptr, hh_ptr, H_ROWS, BLOCK_M, BLOCK_N, H_BLOCK_S,
+                    H_BLOCK_ROWS, H_COMMIT, H_HIST)
     if TRACE:
         stamp_now(trace_ptr, pid, 4)
 
@@ -440,9 +447,11 @@ def fused_linear_triton(
     kind: str | None = None,
     ahead: NormAhead | None = None,
     ahead_out: NormAhead | None = None,
+    head: HeadArgmax | None = None,
 ) -> torch.Tensor:
     """ahead: x's norm prepared by the launch that wrote x (NormAhead); ahead_out: prepare the next norm from
-    this launch's output (a linear with a residual)."""
+    this launch's output (a linear with a residual); head: the rows' argmaxes, and the greedy commit, in this
+    launch (the LM head's: kernels.greedy_commit.HeadArgmax)."""
     m, k = x.shape
     n = weight.shape[0]
     if m > BLOCK_M:
@@ -484,6 +493,6 @@ def fused_linear_triton(
         AHEAD=ahead is not None, anw_ptr=ahead_out.norm_weight if ahead_out is not None else dummy,
         xw_out_ptr=ahead_out.xw if ahead_out is not None else dummy,
         ss_out_ptr=ahead_out.ss if ahead_out is not None else out, AHEAD_OUT=ahead_out is not None, SWAP=swapped(cfg),
-        **trace_args(kind, grid, out),
+        **head_argmax_args(head, m, grid, x.device, dummy), **trace_args(kind, grid, out),
     )
     return out

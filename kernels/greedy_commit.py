@@ -10,13 +10,17 @@ state (int64[5]): [n_committed, base_position, last_accepted_j, steps, previous_
 (the last one is the position of row 0 of the step just committed: where the DSpark drafter finds
 the rows whose hidden states it turns into context).
 
-On Triton the row argmaxes come first, from a grid of (row, vocabulary chunk) programs that each write
-their chunk's max and its first index; the commit's one program then reduces ARGMAX_CHUNK-wide partials
-instead of walking M x V logits alone (that walk took 88 us of a 7-row DSpark iteration's ~1,000 on the
-H200, docs/perf.md 2026-12-03). The first index of the largest value wins, as in torch.argmax.
+On Triton the row argmaxes come from partials: each (row, chunk of the vocabulary) has its max and first
+index, and one program reduces them instead of walking M x V logits alone (that walk took 88 us of a 7-row
+DSpark iteration's ~1,000 on the H200, docs/perf.md 2026-12-03). The engine's steps have the LM head's own
+launch write them, one per output tile, and its last program reduce them and run a chain's commit
+(HeadArgmax: no launch of its own); on its own (greedy_commit_triton without `argmax`) an argmax pass of
+(row, ARGMAX_CHUNK) programs writes them first. The first index of the largest value wins, as in torch.argmax.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -31,6 +35,7 @@ STATE_SIZE = 5
 def greedy_commit_reference(
     logits: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, kv_end: torch.Tensor,
     out_tokens: torch.Tensor, state: torch.Tensor, m: int, hist: torch.Tensor | None = None,
+    argmax: torch.Tensor | None = None,
 ) -> None:
     """hist (optional, int64): hist[j + 1] += 1 for the j drafts accepted (the on-device loop's histogram)."""
     t = torch.argmax(logits[:m].float(), dim=-1)
@@ -79,65 +84,164 @@ def _argmax_partial_kernel(logits_ptr, pmax_ptr, pidx_ptr, V, NCH, CHUNK: tl.con
 
 
 @triton.jit
-def row_argmax(pmax_ptr, pidx_ptr, row, NCH, BLOCK_S: tl.constexpr):
+def row_argmax(pmax_ptr, pidx_ptr, row, NCH, BLOCK_S: tl.constexpr, CACHE: tl.constexpr):
     """Row `row`'s argmax from its chunks' partials (max, first index): the smallest index among the chunks
-    holding the max, as torch.argmax picks. Also the drafter head's first draft (kernels/draft_head.py)."""
+    holding the max, as torch.argmax picks. Also the drafter head's first draft (kernels/draft_head.py).
+    CACHE ".cg": the partials were stored by other programs of the same launch (head_argmax); else ""."""
     s = tl.arange(0, BLOCK_S)
-    vals = tl.load(pmax_ptr + row * NCH + s, mask=s < NCH, other=float("-inf"))
-    idx = tl.load(pidx_ptr + row * NCH + s, mask=s < NCH, other=2**62)
+    vals = tl.load(pmax_ptr + row * NCH + s, mask=s < NCH, other=float("-inf"), cache_modifier=CACHE)
+    idx = tl.load(pidx_ptr + row * NCH + s, mask=s < NCH, other=2**62, cache_modifier=CACHE)
     best = tl.max(vals, axis=0)
     return tl.min(tl.where(vals == best, idx, 2**62), axis=0)
 
 
 @triton.jit
-def _greedy_commit_kernel(
-    pmax_ptr, pidx_ptr, tokens_ptr, positions_ptr, kv_end_ptr, out_ptr, state_ptr, hist_ptr,
-    M, NCH, ROWS, BLOCK_S: tl.constexpr, BLOCK_ROWS: tl.constexpr, HAS_HIST: tl.constexpr, USE_PDL: tl.constexpr,
-):
-    pdl_start(USE_PDL)
-    accepted = tl.min(tl.zeros([BLOCK_ROWS], tl.int64), axis=0)
-    still = accepted == 0
-    n = tl.load(state_ptr + 0)
-    last = tl.load(tokens_ptr + 0).to(tl.int64)
-    for i in range(0, M):
-        t = row_argmax(pmax_ptr, pidx_ptr, i, NCH, BLOCK_S)
-        keep = i <= accepted
-        tl.store(out_ptr + n + i, t.to(out_ptr.dtype.element_ty), mask=keep)
-        last = tl.where(keep, t, last)
-        nxt = tl.load(tokens_ptr + i + 1, mask=i + 1 < M, other=-1).to(tl.int64)
-        still = still & (i + 1 < M) & (nxt == t)
-        accepted = tl.where(still, accepted + 1, accepted)
-    old_base = tl.load(state_ptr + 1)
-    base = old_base + accepted + 1
-    tl.store(tokens_ptr + 0, last.to(tokens_ptr.dtype.element_ty))
+def row_argmaxes(pmax_ptr, pidx_ptr, M, NCH, BLOCK_S: tl.constexpr, BLOCK_ROWS: tl.constexpr, CACHE: tl.constexpr):
+    """Rows 0..M-1's argmaxes (row_argmax) as a [BLOCK_ROWS] int64 vector (0 after M)."""
     r = tl.arange(0, BLOCK_ROWS)
+    t = tl.zeros([BLOCK_ROWS], tl.int64)
+    for i in range(0, M):
+        t = tl.where(r == i, row_argmax(pmax_ptr, pidx_ptr, i, NCH, BLOCK_S, CACHE), t)
+    return t
+
+
+@triton.jit
+def commit_writes(c, j, tokens_ptr, positions_ptr, kv_end_ptr, out_ptr, state_ptr, hist_ptr, ROWS,
+                  BLOCK_ROWS: tl.constexpr, HAS_HIST: tl.constexpr):
+    """The commit's writes once the j accepted drafts and the bonus are known (commit_rows_reference):
+    c [BLOCK_ROWS] int64, the committed tokens c[0..j] in order (the bonus c[j])."""
+    r = tl.arange(0, BLOCK_ROWS)
+    n = tl.load(state_ptr + 0)
+    tl.store(out_ptr + n + r, c.to(out_ptr.dtype.element_ty), mask=r <= j)
+    old_base = tl.load(state_ptr + 1)
+    base = old_base + j + 1
+    tl.store(tokens_ptr + 0, tl.sum(tl.where(r == j, c, 0), axis=0).to(tokens_ptr.dtype.element_ty))
     tl.store(positions_ptr + r, (base + r).to(positions_ptr.dtype.element_ty), mask=r < ROWS)
     tl.store(kv_end_ptr + r, (base + r + 1).to(kv_end_ptr.dtype.element_ty), mask=r < ROWS)
-    tl.store(state_ptr + 0, n + accepted + 1)
+    tl.store(state_ptr + 0, n + j + 1)
     tl.store(state_ptr + 1, base)
-    tl.store(state_ptr + 2, accepted)
+    tl.store(state_ptr + 2, j.to(tl.int64))
     tl.store(state_ptr + 3, tl.load(state_ptr + 3) + 1)
     tl.store(state_ptr + 4, old_base)
     if HAS_HIST:
-        tl.store(hist_ptr + accepted + 1, tl.load(hist_ptr + accepted + 1) + 1)
+        tl.store(hist_ptr + j + 1, tl.load(hist_ptr + j + 1) + 1)
+
+
+@triton.jit
+def commit_chain(t, tokens_ptr, positions_ptr, kv_end_ptr, out_ptr, state_ptr, hist_ptr, M, ROWS,
+                 BLOCK_ROWS: tl.constexpr, HAS_HIST: tl.constexpr):
+    """The greedy commit of a chain's rows 0..M-1 from their argmaxes t [BLOCK_ROWS]: j = the longest prefix
+    with tokens[i + 1] == t[i] (at most M - 1), then t[0..j] committed (commit_writes)."""
+    r = tl.arange(0, BLOCK_ROWS)
+    nxt = tl.load(tokens_ptr + r + 1, mask=r + 1 < M, other=-1).to(tl.int64)
+    match = (r + 1 < M) & (nxt == t)
+    j = tl.min(tl.where(match, BLOCK_ROWS, r), axis=0)  # the first row whose draft after it missed
+    commit_writes(t, j, tokens_ptr, positions_ptr, kv_end_ptr, out_ptr, state_ptr, hist_ptr, ROWS, BLOCK_ROWS, HAS_HIST)
+
+
+@triton.jit
+def _greedy_commit_kernel(
+    pmax_ptr, pidx_ptr, argmax_ptr, tokens_ptr, positions_ptr, kv_end_ptr, out_ptr, state_ptr, hist_ptr,
+    M, NCH, ROWS, BLOCK_S: tl.constexpr, BLOCK_ROWS: tl.constexpr, HAS_HIST: tl.constexpr, ARGMAX: tl.constexpr,
+    USE_PDL: tl.constexpr,
+):
+    """ARGMAX: the rows' argmaxes read from argmax_ptr (left by the LM head's launch, HeadArgmax), else
+    reduced from the argmax pass's partials."""
+    pdl_start(USE_PDL)
+    r = tl.arange(0, BLOCK_ROWS)
+    if ARGMAX:
+        t = tl.load(argmax_ptr + r, mask=r < M, other=0)
+    else:
+        t = row_argmaxes(pmax_ptr, pidx_ptr, M, NCH, BLOCK_S, BLOCK_ROWS, "")
+    commit_chain(t, tokens_ptr, positions_ptr, kv_end_ptr, out_ptr, state_ptr, hist_ptr, M, ROWS, BLOCK_ROWS, HAS_HIST)
+
+
+@dataclass
+class HeadArgmax:
+    """What the LM head's launch does after its logits (kernels.fused_linear.fused_linear_triton(head=)): every
+    program stores its tile's per-row max and first index; the last program to finish (an atomic count, reset
+    by that program) reduces them to each row's argmax, the first index of the max as torch.argmax picks, into
+    `argmax`, and with `commit` (tokens, positions, kv_end, out_tokens, state, hist or None) also runs the greedy
+    commit of the chain's rows (greedy_commit's writes). So an AR step and its commit are one launch less two,
+    and a tree's commit reads the argmaxes instead of a pass of its own. `count` is int32 [1], zero between
+    launches; every launch that shares it runs one at a time (one stream)."""
+
+    argmax: torch.Tensor
+    count: torch.Tensor
+    commit: tuple | None = None
+
+
+@triton.jit
+def head_argmax(vals, pid, M, N, NT, pmax_ptr, pidx_ptr, argmax_ptr, count_ptr, tokens_ptr, positions_ptr, kv_end_ptr,
+                out_ptr, state_ptr, hist_ptr, ROWS, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
+                BLOCK_ROWS: tl.constexpr, COMMIT: tl.constexpr, HAS_HIST: tl.constexpr):
+    """HeadArgmax inside the LM head's launch: vals [BLOCK_M, BLOCK_N] float32, tile `pid` of NT's logits as
+    stored (columns pid * BLOCK_N ..)."""
+    rm = tl.arange(0, BLOCK_M)
+    rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    vals = tl.where((rn < N)[None, :], vals, float("-inf"))
+    tl.store(pmax_ptr + rm * NT + pid, tl.max(vals, axis=1), mask=rm < M)
+    tl.store(pidx_ptr + rm * NT + pid, tl.argmax(vals, axis=1, tie_break_left=True).to(tl.int64) + pid * BLOCK_N,
+             mask=rm < M)
+    tl.debug_barrier()  # every thread's partials stored before the count
+    ticket = tl.atomic_add(count_ptr, 1, sem="acq_rel", scope="gpu")
+    if ticket == NT - 1:  # the last program: every tile's partials are stored
+        r = tl.arange(0, BLOCK_ROWS)
+        t = row_argmaxes(pmax_ptr, pidx_ptr, M, NT, BLOCK_S, BLOCK_ROWS, ".cg")
+        tl.store(argmax_ptr + r, t, mask=r < M)
+        if COMMIT:
+            commit_chain(t, tokens_ptr, positions_ptr, kv_end_ptr, out_ptr, state_ptr, hist_ptr, M, ROWS, BLOCK_ROWS,
+                         HAS_HIST)
+        tl.store(count_ptr, 0)
+
+
+def head_argmax_args(head: HeadArgmax | None, m: int, tiles: int, device, dummy: torch.Tensor) -> dict:
+    """fused_linear_triton's arguments for HeadArgmax (or its absence)."""
+    if head is None:
+        return dict(hp_ptr=dummy, hi_ptr=dummy, ha_ptr=dummy, hc_ptr=dummy, ht_ptr=dummy, hpos_ptr=dummy, hkv_ptr=dummy,
+                    hout_ptr=dummy, hst_ptr=dummy, hh_ptr=dummy, H_ROWS=1, H_BLOCK_S=1, H_BLOCK_ROWS=2, HEAD=False,
+                    H_COMMIT=False, H_HIST=False)
+    if head.argmax.shape[0] < m:
+        raise ValueError(f"HeadArgmax: {m} rows, argmax holds {head.argmax.shape[0]}")
+    # fresh each call: inside a CUDA-graph capture they come from (and stay in) the graph's own pool
+    pmax = torch.empty((m, tiles), dtype=torch.float32, device=device)
+    pidx = torch.empty((m, tiles), dtype=torch.int64, device=device)
+    tokens, positions, kv_end, out_tokens, state, hist = head.commit if head.commit is not None else (dummy,) * 5 + (None,)
+    rows = positions.shape[0] if head.commit is not None else 1
+    return dict(hp_ptr=pmax, hi_ptr=pidx, ha_ptr=head.argmax, hc_ptr=head.count, ht_ptr=tokens, hpos_ptr=positions,
+                hkv_ptr=kv_end, hout_ptr=out_tokens, hst_ptr=state, hh_ptr=hist if hist is not None else state,
+                H_ROWS=rows, H_BLOCK_S=triton.next_power_of_2(tiles), H_BLOCK_ROWS=triton.next_power_of_2(max(rows, m, 2)),
+                HEAD=True, H_COMMIT=head.commit is not None, H_HIST=hist is not None)
+
+
+def _argmax_partials(logits: torch.Tensor, m: int, argmax: torch.Tensor | None, pdl: dict):
+    """The argmax pass's partials of rows 0..m-1 (pmax, pidx, chunks), or (argmax, argmax, chunks) where the
+    LM head's launch left the argmaxes (the commit kernels then read those)."""
+    v = logits.shape[-1]
+    nch = triton.cdiv(v, ARGMAX_CHUNK)
+    if argmax is not None:
+        return argmax, argmax, nch
+    # fresh each call: inside a CUDA-graph capture they come from (and stay in) the graph's own pool
+    pmax = torch.empty((m, nch), dtype=torch.float32, device=logits.device)
+    pidx = torch.empty((m, nch), dtype=torch.int64, device=logits.device)
+    _argmax_partial_kernel[(m, nch)](logits, pmax, pidx, v, nch, CHUNK=ARGMAX_CHUNK, num_warps=4, **pdl)
+    return pmax, pidx, nch
 
 
 def greedy_commit_triton(
     logits: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, kv_end: torch.Tensor,
     out_tokens: torch.Tensor, state: torch.Tensor, m: int, hist: torch.Tensor | None = None,
+    argmax: torch.Tensor | None = None,
 ) -> None:
-    v = logits.shape[-1]
+    """argmax: the rows' argmaxes, left by the LM head's launch (HeadArgmax); without, an argmax pass first."""
     rows = positions.shape[0]
-    nch = triton.cdiv(v, ARGMAX_CHUNK)
-    # fresh each call: inside a CUDA-graph capture they come from (and stay in) the graph's own pool
-    pmax = torch.empty((m, nch), dtype=torch.float32, device=logits.device)
-    pidx = torch.empty((m, nch), dtype=torch.int64, device=logits.device)
     pdl = pdl_args(logits)
-    _argmax_partial_kernel[(m, nch)](logits, pmax, pidx, v, nch, CHUNK=ARGMAX_CHUNK, num_warps=4, **pdl)
+    pmax, pidx, nch = _argmax_partials(logits, m, argmax, pdl)
     _greedy_commit_kernel[(1,)](
-        pmax, pidx, tokens, positions, kv_end, out_tokens, state, hist if hist is not None else state, m, nch, rows,
+        pmax, pidx, argmax if argmax is not None else pidx, tokens, positions, kv_end, out_tokens, state,
+        hist if hist is not None else state, m, nch, rows,
         BLOCK_S=triton.next_power_of_2(nch), BLOCK_ROWS=triton.next_power_of_2(max(rows, 2)), HAS_HIST=hist is not None,
-        num_warps=1, **pdl,
+        ARGMAX=argmax is not None, num_warps=1, **pdl,
     )
 
 
@@ -189,6 +293,7 @@ def tree_commit_reference(
     logits: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, kv_end: torch.Tensor,
     out_tokens: torch.Tensor, state: torch.Tensor, m: int, parents: torch.Tensor, slots: torch.Tensor,
     k_cache: torch.Tensor, v_cache: torch.Tensor, capture_rows: torch.Tensor, hist: torch.Tensor | None = None,
+    argmax: torch.Tensor | None = None,
 ) -> None:
     """greedy_commit_reference for a tree (see above). k_cache, v_cache [layers, kv_heads, capacity, head_dim]
     (or with a batch dimension of one after layers); capture_rows [rows, width]; slots[0] the root's slot."""
@@ -207,12 +312,9 @@ def tree_commit_reference(
 
 
 @triton.jit
-def tree_walk(pmax_ptr, pidx_ptr, tokens_ptr, parents_ptr, M, NCH, BLOCK_S: tl.constexpr, BLOCK_ROWS: tl.constexpr):
-    """The accepted path as a [BLOCK_ROWS] vector (path[i] for i <= j, 0 after), j, and the rows' argmaxes t."""
+def tree_walk(t, tokens_ptr, parents_ptr, M, BLOCK_ROWS: tl.constexpr):
+    """The accepted path as a [BLOCK_ROWS] vector (path[i] for i <= j, 0 after) and j, from the rows' argmaxes t."""
     r = tl.arange(0, BLOCK_ROWS)
-    t = tl.zeros([BLOCK_ROWS], tl.int64)
-    for i in range(0, M):
-        t = tl.where(r == i, row_argmax(pmax_ptr, pidx_ptr, i, NCH, BLOCK_S), t)
     toks = tl.load(tokens_ptr + r, mask=r < M, other=-1).to(tl.int64)
     par = tl.load(parents_ptr + r, mask=(r >= 1) & (r < M), other=-1)
     path = tl.zeros([BLOCK_ROWS], tl.int32)
@@ -227,43 +329,36 @@ def tree_walk(pmax_ptr, pidx_ptr, tokens_ptr, parents_ptr, M, NCH, BLOCK_S: tl.c
         node = tl.where(going, nxt, node)
         j = tl.where(going, i, j)
         path = tl.where((r == i) & going, nxt, path)
-    return path, j, t
+    return path, j
 
 
 @triton.jit
 def _tree_commit_kernel(
-    pmax_ptr, pidx_ptr, tokens_ptr, parents_ptr, slots_ptr, positions_ptr, kv_end_ptr, out_ptr, state_ptr, hist_ptr,
-    k_ptr, v_ptr, cap_ptr, layer_stride, head_stride, cap_width, M, NCH, ROWS, KVH,
+    pmax_ptr, pidx_ptr, argmax_ptr, tokens_ptr, parents_ptr, slots_ptr, positions_ptr, kv_end_ptr, out_ptr, state_ptr,
+    hist_ptr, k_ptr, v_ptr, cap_ptr, layer_stride, head_stride, cap_width, M, NCH, ROWS, KVH,
     HD: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_C: tl.constexpr, HAS_HIST: tl.constexpr,
-    USE_PDL: tl.constexpr,
+    ARGMAX: tl.constexpr, USE_PDL: tl.constexpr,
 ):
     """Program 0 commits (greedy_commit's stores); programs 1.. move a (layer, k or v, KV head)'s path keys,
     the last cdiv(cap_width, BLOCK_C) programs a slice of the captured rows. Every program walks the tree
-    itself from the argmaxes' partials (the same loads, the same path), so no program waits for another."""
+    itself from the rows' argmaxes (ARGMAX: left by the LM head's launch at argmax_ptr, HeadArgmax; else
+    reduced from the argmax pass's partials), so no program waits for another."""
     pdl_start(USE_PDL)
     pid = tl.program_id(0)
-    path, j, t = tree_walk(pmax_ptr, pidx_ptr, tokens_ptr, parents_ptr, M, NCH, BLOCK_S, BLOCK_ROWS)
     r = tl.arange(0, BLOCK_ROWS)
+    if ARGMAX:
+        t = tl.load(argmax_ptr + r, mask=r < M, other=0)
+    else:
+        t = row_argmaxes(pmax_ptr, pidx_ptr, M, NCH, BLOCK_S, BLOCK_ROWS, "")
+    path, j = tree_walk(t, tokens_ptr, parents_ptr, M, BLOCK_ROWS)
     moved = (r >= 1) & (r <= j)
     if pid == 0:
-        n = tl.load(state_ptr + 0)
-        last = tl.sum(tl.where(r == tl.sum(tl.where(r == j, path, 0), axis=0), t, 0), axis=0)  # t at path[j]: the bonus
-        for i in range(0, M):  # t at the path's rows, in order: the accepted drafts and the bonus
+        # t at the path's rows, in order: the accepted drafts and the bonus
+        c = tl.zeros([BLOCK_ROWS], tl.int64)
+        for i in range(0, M):
             at = tl.sum(tl.where(r == i, path, 0), axis=0)
-            ti = tl.sum(tl.where(r == at, t, 0), axis=0)
-            tl.store(out_ptr + n + i, ti.to(out_ptr.dtype.element_ty), mask=i <= j)
-        old_base = tl.load(state_ptr + 1)
-        base = old_base + j + 1
-        tl.store(tokens_ptr + 0, last.to(tokens_ptr.dtype.element_ty))
-        tl.store(positions_ptr + r, (base + r).to(positions_ptr.dtype.element_ty), mask=r < ROWS)
-        tl.store(kv_end_ptr + r, (base + r + 1).to(kv_end_ptr.dtype.element_ty), mask=r < ROWS)
-        tl.store(state_ptr + 0, n + j + 1)
-        tl.store(state_ptr + 1, base)
-        tl.store(state_ptr + 2, j.to(tl.int64))
-        tl.store(state_ptr + 3, tl.load(state_ptr + 3) + 1)
-        tl.store(state_ptr + 4, old_base)
-        if HAS_HIST:
-            tl.store(hist_ptr + j + 1, tl.load(hist_ptr + j + 1) + 1)
+            c = tl.where(r == i, tl.sum(tl.where(r == at, t, 0), axis=0), c)
+        commit_writes(c, j, tokens_ptr, positions_ptr, kv_end_ptr, out_ptr, state_ptr, hist_ptr, ROWS, BLOCK_ROWS, HAS_HIST)
     elif pid <= tl.num_programs(0) - tl.cdiv(cap_width, BLOCK_C) - 1:
         q = pid - 1  # (layer, k or v, head)
         head = q % KVH
@@ -298,22 +393,20 @@ def tree_commit_triton(
     logits: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, kv_end: torch.Tensor,
     out_tokens: torch.Tensor, state: torch.Tensor, m: int, parents: torch.Tensor, slots: torch.Tensor,
     k_cache: torch.Tensor, v_cache: torch.Tensor, capture_rows: torch.Tensor, hist: torch.Tensor | None = None,
+    argmax: torch.Tensor | None = None,
 ) -> None:
-    v = logits.shape[-1]
+    """argmax: the rows' argmaxes, left by the LM head's launch (HeadArgmax); without, an argmax pass first."""
     rows = positions.shape[0]
-    nch = triton.cdiv(v, ARGMAX_CHUNK)
     kc, vc = (c.reshape(c.shape[0], -1, c.shape[-2], c.shape[-1]) for c in (k_cache, v_cache))  # [layers, kv_heads, cap, hd]
     layers, kvh, _, hd = kc.shape
     assert kc.is_contiguous() and vc.is_contiguous() and capture_rows.is_contiguous()
     width = capture_rows.shape[1]
-    pmax = torch.empty((m, nch), dtype=torch.float32, device=logits.device)
-    pidx = torch.empty((m, nch), dtype=torch.int64, device=logits.device)
     pdl = pdl_args(logits)
-    _argmax_partial_kernel[(m, nch)](logits, pmax, pidx, v, nch, CHUNK=ARGMAX_CHUNK, num_warps=4, **pdl)
+    pmax, pidx, nch = _argmax_partials(logits, m, argmax, pdl)
     grid = 1 + layers * 2 * kvh + triton.cdiv(width, TREE_CAPTURE_BLOCK)
     _tree_commit_kernel[(grid,)](
-        pmax, pidx, tokens, parents, slots, positions, kv_end, out_tokens, state, hist if hist is not None else state,
-        kc, vc, capture_rows, kc.stride(0), kc.stride(1), width, m, nch, rows, kvh,
+        pmax, pidx, argmax if argmax is not None else pidx, tokens, parents, slots, positions, kv_end, out_tokens, state,
+        hist if hist is not None else state, kc, vc, capture_rows, kc.stride(0), kc.stride(1), width, m, nch, rows, kvh,
         HD=hd, BLOCK_S=triton.next_power_of_2(nch), BLOCK_ROWS=triton.next_power_of_2(max(rows, 2)),
-        BLOCK_C=TREE_CAPTURE_BLOCK, HAS_HIST=hist is not None, num_warps=4, **pdl,
+        BLOCK_C=TREE_CAPTURE_BLOCK, HAS_HIST=hist is not None, ARGMAX=argmax is not None, num_warps=4, **pdl,
     )

@@ -54,10 +54,12 @@ DEFAULTS = {
 # three later calls: the step 1-1.5 % faster at 4k and 7936 (docs/perf.md, 2026-12-04 thirteenth session).
 # With each norm prepared by x's producer (fused_linear.NormAhead) QKV and gate/up walk 64-wide K steps,
 # gate/up with 5 stages: the step 2.4 % faster at 4k (seventeenth session); then the table `both_swap` of
-# docs/perf-data/2026-12-04-next-calls/tables/, picked by bench/gpu_table_pick.sh (docs/perf.md, the
-# session that ran it).
+# docs/perf-data/2026-12-04-next-calls/tables/ (QKV and gate/up computed transposed), picked on the H200 in
+# the nineteenth session and landed in the twentieth: the step 4-8 % faster; then QKV's transposed walk with
+# 6 stages (was 5): the step 1.7 % faster at 4k, 1 row, 1.3 % at 7 rows, within 0.3 % at 1k and 7936
+# (docs/perf.md, 2026-12-05 twentieth session, `swap-tables.jsonl`).
 TABLE: dict[tuple[str, int, int], LaunchConfig] = {
-    ("qkv", 960, 576): LaunchConfig(block_n=0, block_k=64, num_warps=4, num_stages=5, swap_ab=True),
+    ("qkv", 960, 576): LaunchConfig(block_n=0, block_k=64, num_warps=4, num_stages=6, swap_ab=True),
     # The o-proj and the down-proj walk K in four slices side by side (k_split, one warp each; 64-wide steps):
     # the step 1.9-2.3 % faster (down) and 0.6-0.9 % (o-proj) at 1k and 4k, 1 and 7 rows; QKV and gate/up,
     # whose steps also normalise x, 8-12 % slower that way (docs/perf.md, 2026-12-04 sixteenth session).

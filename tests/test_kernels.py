@@ -12,7 +12,7 @@ from engine.rope import rope_tables
 from kernels.decode_attention import MAX_SPLITS, AttentionWorkspace, attention_reference, attention_triton, default_split
 from kernels.embedding import block_inputs_reference, block_inputs_triton, embedding_reference, embedding_triton
 from kernels.fused_linear import NormAhead, fused_linear_reference, fused_linear_triton
-from kernels.greedy_commit import (greedy_commit_reference, greedy_commit_triton, rows_from_base_reference,
+from kernels.greedy_commit import (HeadArgmax, greedy_commit_reference, greedy_commit_triton, rows_from_base_reference,
                                    rows_from_base_triton)
 from kernels.qkv_rope import qkv_rope_reference, qkv_rope_triton
 from kernels.prefill import (rope_prefill_reference, rope_prefill_triton, silu_mul_reference,
@@ -559,6 +559,48 @@ def test_embedding(gen):
     table = randn(100, 48, g=gen, dtype=torch.bfloat16)
     tokens = torch.randint(0, 100, (7,), generator=gen).to(DEV)
     assert torch.equal(embedding_triton(tokens, table), embedding_reference(tokens, table))
+
+
+@pytest.mark.parametrize("vocab", [5000, 49152])
+def test_the_lm_heads_launch_leaves_the_argmaxes_and_commits(vocab, gen):
+    """HeadArgmax: the LM head's launch leaves its logits as they were without it, every row's argmax (the first
+    index of a maximum repeated in the same tile, in another and in the last, partial one), its count back at
+    zero, and with a chain's commit the very writes of greedy_commit_reference on those logits (accepted 4, 2, 0;
+    the histogram too), launch after launch on the same count."""
+    m, k = 5, 64
+    x, nw = randn(m, k, g=gen), randn(k, g=gen)
+    w = randn(vocab, k, g=gen, dtype=torch.bfloat16)
+    plain = fused_linear_triton(x, w, norm_weight=nw, out_dtype=torch.float32)
+    t0 = int(plain[0].argmax())
+    for j in (t0 + 1, max(t0 - 700, 0), vocab - 1):
+        w[j] = w[t0]  # row 0's maximum repeated: ties everywhere
+    plain = fused_linear_triton(x, w, norm_weight=nw, out_dtype=torch.float32)
+    t = plain.argmax(-1).tolist()
+    argmax = torch.full((8,), -1, dtype=torch.int64, device=DEV)
+    count = torch.zeros(1, dtype=torch.int32, device=DEV)
+    logits = torch.zeros(m, vocab, device=DEV)
+    fused_linear_triton(x, w, norm_weight=nw, out=logits, head=HeadArgmax(argmax, count))
+    assert torch.equal(logits, plain) and argmax[:m].tolist() == t and t[0] == min(t0, max(t0 - 700, 0))
+    assert int(count) == 0
+    hists = []
+    for commit in (False, True):
+        hist = torch.zeros(8, dtype=torch.int64, device=DEV)
+        results = []
+        for drafts in (t[:4], [t[0], t[1], (t[2] + 1) % vocab, t[3]], [(t[0] + 1) % vocab] + t[1:4]):
+            tokens = torch.tensor([11] + drafts + [0, 0, 0], dtype=torch.int64, device=DEV)
+            pos, kv_end = torch.zeros(8, dtype=torch.int32, device=DEV), torch.zeros(8, dtype=torch.int32, device=DEV)
+            out = torch.full((32,), -1, dtype=torch.int64, device=DEV)
+            state = torch.tensor([3, 40, 0, 5, 0], device=DEV)
+            if commit:
+                chain = (tokens, pos, kv_end, out, state, hist)
+                fused_linear_triton(x, w, norm_weight=nw, out=logits, head=HeadArgmax(argmax, count, chain))
+                assert int(count) == 0
+            else:
+                greedy_commit_reference(plain, tokens, pos, kv_end, out, state, m, hist=hist)
+            results.append([z.tolist() for z in (tokens, pos, kv_end, out, state)])
+        hists.append((results, hist.tolist()))
+    assert hists[0] == hists[1] and hists[1][1] == [0, 1, 0, 1, 0, 1, 0, 0]
+    assert [r[4][2] for r in hists[1][0]] == [4, 2, 0] and hists[1][0][0][3][3:9] == t + [-1]
 
 
 @pytest.mark.parametrize("vocab", [5000, 49152])

@@ -182,8 +182,7 @@ class _Graphs:
 
             def run() -> None:
                 for _ in range(k):
-                    model.step(s.io, m, s.cache, tree=tree)
-                    s.commit(m, tree, hist=self.hist)
+                    model.step(s.io, m, s.cache, tree=tree, commit=s.step_commit(self.hist))
                     rt.ctx_update()
                     rt.draft()
 
