@@ -15,7 +15,7 @@
 #           step against this tree's table ("base": {}), two alternating passes, and its per-kernel breakdown;
 #           with SWITCHES="VAR ..." (bench/gpu_timing.py's switches), each one timed on and off in one process;
 #           with AR=1, AR decode by the engine's own clock on random weights (bench/pdl_check.py --random), the
-#           previous main's process and this tree's alternating, twice each (the step and its commit, as decoded);
+#           previous main's process and this tree's alternating, AR_REPS times each (2; the step and its commit, as decoded);
 #           with PHASES=1, each kernel's phases at 4k, 1 row (bench/kernel_phases.py) on both trees, compared;
 #           with DRAFT="CHUNK:WARPS,..." (or DRAFT=table), bench/draft_profile.py on both trees (a DSpark iteration,
 #           its draft pass) and, on this tree, the drafter's head alone and the draft pass per head configuration
@@ -57,7 +57,7 @@ for k in sorted(prev):
 PY
     }
     if [ "${AR:-0}" = 1 ]; then  # AR decode, engine's clock, both trees, alternating processes
-      for rep in 1 2; do
+      for rep in $(seq "${AR_REPS:-2}"); do
         (cd /tmp/prev && timeout 120 python3 bench/pdl_check.py --random --only on --contexts 1024,4096,7936 --reps 3) \
           >> "$OUT/ar-prev.jsonl" 2>> "$OUT/ar-prev.err"
         timeout 120 python3 bench/pdl_check.py --random --only on --contexts 1024,4096,7936 --reps 3 >> "$OUT/ar-new.jsonl" \
