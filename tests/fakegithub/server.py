@@ -67,7 +67,7 @@ class FakeRepo:
     git_objects: dict[str, dict] = field(default_factory=dict)
     merges: list[dict] = field(default_factory=list)
     # login -> admin | maintain | write | triage | read; anyone else: "none" (a public repository's reader)
-    permissions: dict[str, str] = field(default_factory=dict)
+    permissions: dict[str, str] = field(default_factory=lambda: {"maintainer": "admin"})
 
     @property
     def full_name(self) -> str:
