@@ -100,13 +100,51 @@ def test_sticky_comment_ignores_a_marker_posted_by_someone_else(fake, tmp_path):
     assert [c["user"] for c in comments] == ["someone", APP_LOGIN] and comments[0]["body"].startswith("ha")
 
 
-def test_sticky_comment_not_ours_to_edit_gets_a_new_one(fake):
+def test_sticky_comment_never_takes_over_a_users_marker_comment(fake):
+    """An App with write access may edit anyone's comment (the fake allows it, as GitHub does): without
+    `bot_login` the bot asks GitHub who it is and still edits only its own comment."""
     fake.add_repo(REPO)
     fake.add_pull(REPO, 7)
     GitHubForge.from_token("pat-token", REPO, base_url=fake.base_url, throttle=False).comment(7, f"x {SCORECARD_MARKER_PREFIX} -->")
-    bot = GitHubForge.from_token("app-token", REPO, base_url=fake.base_url, throttle=False)  # no bot_login: finds the impostor
-    bot.upsert_sticky_comment(7, f"{SCORECARD_MARKER_PREFIX} -->", "card")
-    assert [c["user"] for c in fake.comments_on(REPO, 7)] == ["someone", APP_LOGIN]
+    bot = GitHubForge.from_token("app-token", REPO, base_url=fake.base_url, throttle=False)  # no bot_login
+    asked = fake.count("POST", r"^/graphql$")
+    first = bot.upsert_sticky_comment(7, f"{SCORECARD_MARKER_PREFIX} -->", "card")
+    assert bot.upsert_sticky_comment(7, f"{SCORECARD_MARKER_PREFIX} -->", "card two") == first
+    comments = fake.comments_on(REPO, 7)
+    assert [c["user"] for c in comments] == ["someone", APP_LOGIN]
+    assert comments[0]["body"].startswith("x ") and comments[0]["edits"] == 0 and comments[1]["body"].startswith("card two")
+    assert bot.identity() == APP_LOGIN and fake.count("POST", r"^/graphql$") == asked + 1  # asked once
+
+
+def test_the_fake_lets_a_writer_app_edit_others_comments_like_github(fake):
+    fake.add_repo(REPO)
+    fake.add_pull(REPO, 7)
+    cid = GitHubForge.from_token("pat-token", REPO, base_url=fake.base_url, throttle=False).comment(7, "theirs")
+    bot = GitHubForge.from_token("app-token", REPO, base_url=fake.base_url, throttle=False)
+    bot.repo.get_issue(7).get_comment(int(cid)).edit("edited by the app")
+    assert fake.comments_on(REPO, 7)[0]["body"] == "edited by the app"
+
+
+def test_permission_comes_from_github_and_is_cached(fake):
+    fake.add_repo(REPO)
+    fake.repo(REPO).permissions.update({"Maint": "maintain", "writer": "write", "reader": "read", "tri": "triage"})
+    now = [1000.0]
+    gh = GitHubForge.from_token("app-token", REPO, base_url=fake.base_url, throttle=False, clock=lambda: now[0])
+    assert [gh.permission(n) for n in ("maint", "writer", "reader", "tri", "stranger")] == [
+        "maintain", "write", "read", "triage", "none"]
+    asked = fake.count("GET", r"/collaborators/.*/permission$")
+    fake.repo(REPO).permissions["writer"] = "read"
+    assert gh.permission("writer") == "write" and fake.count("GET", r"/collaborators/.*/permission$") == asked
+    now[0] += 61
+    assert gh.permission("writer") == "read"
+
+
+def test_permission_lookup_failure_raises(fake):
+    fake.add_repo(REPO)
+    fake.fail("GET", r"/collaborators/.*/permission$", 403, message="Resource not accessible by integration")
+    gh = GitHubForge.from_token("app-token", REPO, base_url=fake.base_url, throttle=False)
+    with pytest.raises(ForgeRefused):
+        gh.permission("someone")
 
 
 def test_check_run_lifecycle(gh, fake):

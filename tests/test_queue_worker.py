@@ -360,6 +360,7 @@ def test_rescore_of_a_closed_pull_is_answered(rig):
 
 def test_automerge_toggle_is_persisted_and_acknowledged(rig):
     rig.pull(1)
+    rig.gh.repo(REPO).permissions["owner"] = "admin"  # the worker asks GitHub: /automerge needs maintain or admin
     assert not rig.worker.automerge_enabled(REPO)
     rig.queue.submit_chore(SetAutomerge(repo=REPO, pr_number=1, enabled=True, requested_by="owner"))
     rig.run()

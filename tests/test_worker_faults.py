@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from evalbot.bot.jobs.ledger import DONE, FAILED, QUEUED, SUPERSEDED
-from evalbot.bot.jobs.model import ApproveForTesting, MainMoved, MergeGroupCheck, Reply, Rerun
+from evalbot.bot.jobs.model import ApproveForTesting, MainMoved, MergeGroupCheck, Reply, RescoreRequest, Rerun, SetAutomerge
 from evalbot.bot.metrics import counter_key
 from evalbot.decide.verdict import infrastructure_error, not_evaluated_harness_changed
 from evalbot.pipeline import publish
@@ -81,10 +81,52 @@ def test_a_fork_pull_by_a_newcomer_is_not_run_until_a_maintainer_says_ok_to_test
     (card,) = rig.gh.comments_on(REPO, 1)  # the same sticky comment, now the scorecard
     assert "/ok-to-test" not in card["body"] and "| DSpark eval | M |" in card["body"]
 
-    pull.head_sha = fake_sha("a later push")  # approved once, as Prow's ok-to-test: later pushes are scored
+    pull.head_sha = fake_sha("a later push")  # the approval was for the head a maintainer saw, not this one
     rig.queue.submit_score(rig.job(1))
     rig.run()
+    assert len(rig.scored) == 1 and NEEDS_OK_TO_TEST_LABEL in rig.gh.labels_on(REPO, 1)
+    rig.queue.submit_chore(ApproveForTesting(repo=REPO, pr_number=1, requested_by="maintainer"))  # a new /ok-to-test
+    rig.run()
     assert len(rig.scored) == 2
+
+
+def test_ok_to_test_and_rescore_need_write_access_and_automerge_maintain(rig):
+    """Fails without the fix: MEMBER/COLLABORATOR (org members without access, read-only collaborators)
+    ran /ok-to-test, /rescore and /automerge; the worker now asks GitHub for the commenter's role."""
+    _fork_pull(rig)
+    repo = rig.gh.repo(REPO)
+    repo.permissions.update({"reader": "read", "writer": "write"})
+    for chore in (ApproveForTesting(repo=REPO, pr_number=1, requested_by="reader"),
+                  RescoreRequest(repo=REPO, pr_number=1, requested_by="reader"),
+                  SetAutomerge(repo=REPO, pr_number=1, enabled=True, requested_by="writer")):
+        rig.queue.submit_chore(chore)
+        rig.run()
+    assert rig.scored == [] and rig.ledger.get_flag(f"automerge:{REPO}") is None
+    bodies = [c["body"] for c in rig.gh.comments_on(REPO, 1)]
+    assert sum("needs write access" in b and "(yours: read)" in b for b in bodies) == 2
+    assert any("`/automerge on|off` needs maintain access" in b for b in bodies)
+    rig.gh.fail("GET", r"/collaborators/.*/permission$", 403, times=1)  # lookup fails: refused, one line
+    rig.queue.submit_chore(ApproveForTesting(repo=REPO, pr_number=1, requested_by="writer2"))
+    rig.run()
+    assert rig.scored == [] and "could not check your permission" in rig.gh.comments_on(REPO, 1)[-1]["body"]
+    rig.queue.submit_chore(ApproveForTesting(repo=REPO, pr_number=1, requested_by="writer"))
+    rig.run()
+    assert len(rig.scored) == 1
+
+
+def test_a_fork_author_with_write_access_needs_no_ok_to_test_whatever_the_association(rig):
+    _fork_pull(rig, association="NONE")
+    rig.gh.repo(REPO).permissions["stranger"] = "write"
+    rig.queue.submit_score(rig.job(1))
+    rig.run()
+    assert len(rig.scored) == 1
+
+
+def test_a_member_without_access_still_needs_ok_to_test(rig):
+    _fork_pull(rig, association="MEMBER")  # any org member; no access to this repository
+    rig.queue.submit_score(rig.job(1))
+    rig.run()
+    assert rig.scored == [] and NEEDS_OK_TO_TEST_LABEL in rig.gh.labels_on(REPO, 1)
 
 
 def test_a_held_job_completes_the_check_run_its_announcement_is_still_creating(rig):
@@ -102,9 +144,10 @@ def test_a_held_job_completes_the_check_run_its_announcement_is_still_creating(r
     assert run["status"] == "completed" and run["conclusion"] == "action_required"
 
 
-@pytest.mark.parametrize("association", ["OWNER", "MEMBER", "COLLABORATOR"])
-def test_a_fork_pull_by_a_maintainer_is_scored(rig, association):
+@pytest.mark.parametrize("association, role", [("OWNER", "admin"), ("MEMBER", "maintain"), ("COLLABORATOR", "write")])
+def test_a_fork_pull_by_a_maintainer_is_scored(rig, association, role):
     _fork_pull(rig, association=association)
+    rig.gh.repo(REPO).permissions["stranger"] = role  # GitHub's answer decides, not the association
     rig.queue.submit_score(rig.job(1))
     rig.run()
     assert rig.scored == [rig.job(1).key]
@@ -147,6 +190,7 @@ def test_rerun_scores_the_pull_again(rig):
 
 def test_rerun_of_a_check_suite_finds_a_fork_pull_by_its_head(rig):
     pull = _fork_pull(rig, association="COLLABORATOR")
+    rig.gh.repo(REPO).permissions["stranger"] = "write"  # a collaborator with write access: no /ok-to-test
     rig.queue.submit_chore(Rerun(repo=REPO, head_sha=pull.head_sha, pr_numbers=[], requested_by="maintainer"))
     rig.run()
     assert rig.scored == [rig.job(1).key]

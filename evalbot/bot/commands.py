@@ -18,7 +18,11 @@ from dataclasses import dataclass
 
 from markdown_it import MarkdownIt
 
-TRUSTED_ASSOCIATIONS = frozenset({"OWNER", "MEMBER", "COLLABORATOR"})
+TRUSTED_ASSOCIATIONS = frozenset({"OWNER", "MEMBER", "COLLABORATOR"})  # a fast pre-filter only, never enough
+# GitHub's repository roles, weakest first. A command names the least role that may run it; the worker asks
+# the forge for the commenter's role (`Forge.permission`) before acting (MEMBER and COLLABORATOR include
+# people with no or read-only access to this repository).
+ROLES = ("none", "read", "triage", "write", "maintain", "admin")
 MAX_COMMANDS_PER_COMMENT = 5
 
 _COMMAND_LINE = re.compile(r"^/([A-Za-z][\w-]*)(?:[ \t]+(.*?))?[ \t]*$")
@@ -31,6 +35,7 @@ class CommandSpec:
     help: str
     arg_choices: tuple[str, ...] = ()  # empty: takes no argument
     maintainers_only: bool = True
+    min_role: str = "write"  # the least repository role that may run it (when maintainers_only)
 
 
 COMMANDS: dict[str, CommandSpec] = {}
@@ -55,8 +60,8 @@ register(
         name="ok-to-test",
         usage="/ok-to-test",
         help=(
-            "Let the bot run this pull request's code: needed once for a pull request from a fork whose "
-            "author is not an owner, member or collaborator; later pushes to it are scored as usual."
+            "Let the bot run this pull request's code at its current head: needed for a pull request from a "
+            "fork whose author has no write access; each later push needs a new /ok-to-test."
         ),
     )
 )
@@ -69,6 +74,7 @@ register(
             "non-REJECT pull request at or above the configured tier is squash-merged."
         ),
         arg_choices=("on", "off"),
+        min_role="maintain",
     )
 )
 register(
@@ -160,6 +166,11 @@ def is_trusted(author_association: str, login: str, allowlist: frozenset[str] | 
     if author_association.upper() in TRUSTED_ASSOCIATIONS:
         return True
     return login.lower() in {name.lower() for name in allowlist}
+
+
+def role_allows(role: str, min_role: str) -> bool:
+    """Whether repository role `role` (as the forge names it) is `min_role` or stronger; unknown: no."""
+    return role in ROLES and ROLES.index(role) >= ROLES.index(min_role)
 
 
 def may_run(spec_name: str, author_association: str, login: str, allowlist: frozenset[str] | set[str]) -> bool:

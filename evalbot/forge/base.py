@@ -63,6 +63,11 @@ class Forge(Protocol):
 
     def comment(self, number: int, body: str) -> str: ...
 
+    def permission(self, login: str) -> str:
+        """`login`'s role on the repository: admin, maintain, write, triage, read or none. Raises when it
+        cannot be known; callers then refuse (a command, or running a fork's code)."""
+        ...
+
     def start_check(self, head_sha: str, name: str, summary: str, *, external_id: str = "", details_url: str = "") -> str:
         """Create a check run in state queued/in_progress; returns its id. `external_id` names the job
         (GitHub hands it back when someone presses Re-run); `details_url` is the check's Details link."""

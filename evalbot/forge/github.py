@@ -3,7 +3,11 @@
 - Labels: missing ones are created with a colour and description; a tier change removes every
   `eval-dspark:*` / `eval:*` label and adds the new pair, one label at a time, so labels that people
   set meanwhile are never overwritten.
-- One sticky scorecard comment, found by its hidden marker and edited in place.
+- One sticky scorecard comment, found by its hidden marker among the comments the bot itself wrote
+  and edited in place. The bot's login is `bot_login` or, unset, what GitHub says the token is
+  (GraphQL `viewer`); a comment by anyone else is never edited, whatever it holds.
+- Who may command the bot: the commenter's permission on the repository, from GitHub
+  (`GET /repos/{owner}/{repo}/collaborators/{login}/permission`), cached for a minute.
 - Check run "DSpark eval": queued -> in_progress -> completed. A token that may not write check runs
   (a personal access token) falls back to a commit status of the same name.
 - Merge: squash, passing the scored head SHA; GitHub answers 409 if the head moved, so a moved head
@@ -18,6 +22,7 @@ import hashlib
 import logging
 import random
 import time
+import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -38,6 +43,8 @@ T = TypeVar("T")
 
 MAX_CHECK_TEXT = 65535  # GitHub's limit for a check run's output summary and text
 STATUS_ID_PREFIX = "status:"
+PERMISSION_CACHE_SECONDS = 60.0
+ROLES = ("none", "read", "triage", "write", "maintain", "admin")  # GitHub's repository roles, weakest first
 
 
 def sticky_search_key(marker: str) -> str:
@@ -88,6 +95,8 @@ class GitHubForge:
         self._clock = clock
         self._observer = observer  # (kind of failure, seconds about to be waited): the bot's metrics
         self._known_labels: set[str] | None = None
+        self._identity = bot_login.strip()
+        self._permissions: dict[str, tuple[float, str]] = {}  # login (lower case) -> (when asked, role)
 
     @classmethod
     def from_token(cls, token: str, repo_full_name: str, *, base_url: str = "https://api.github.com", throttle: bool = True, **kwargs) -> "GitHubForge":
@@ -209,15 +218,51 @@ class GitHubForge:
 
         self._call(f"remove label {label} from #{number}", remove)
 
+    # -- who is who ---------------------------------------------------------------------------------
+    def identity(self) -> str:
+        """The bot's own login (`bot_login`, else what GitHub says this token is: `name[bot]` for an App)."""
+        if not self._identity:
+            def viewer() -> str:
+                _, data = self.client.requester.graphql_query("query { viewer { login } }", {})
+                return str(((data.get("data") or {}).get("viewer") or {}).get("login") or "")
+
+            self._identity = self._call("who am I (GraphQL viewer)", viewer)
+            if not self._identity:
+                raise ForgeRefused("who am I (GraphQL viewer)", 200, "GitHub named no login; set EVALBOT_BOT_LOGIN")
+        return self._identity
+
+    def permission(self, login: str) -> str:
+        """`login`'s role on the repository: admin, maintain, write, triage, read or none (no access, or
+        no such user). Asked of GitHub, cached for PERMISSION_CACHE_SECONDS; a failure raises (callers refuse)."""
+        key, now = login.lower(), self._clock()
+        cached = self._permissions.get(key)
+        if cached and now - cached[0] < PERMISSION_CACHE_SECONDS:
+            return cached[1]
+
+        def ask() -> str:
+            url = f"{self.repo.url}/collaborators/{urllib.parse.quote(login, safe='')}/permission"
+            try:
+                _, data = self.client.requester.requestJsonAndCheck("GET", url)
+            except UnknownObjectException:
+                return "none"
+            role = str(data.get("role_name") or data.get("permission") or "none").lower()
+            return role if role in ROLES else {"pull": "read", "push": "write"}.get(role, "none")
+
+        role = self._call(f"permission of {login}", ask)
+        self._permissions[key] = (now, role)
+        return role
+
     # -- comments -----------------------------------------------------------------------------------
     def upsert_sticky_comment(self, number: int, marker: str, body: str) -> str:
         if marker not in body:
             body = f"{body.rstrip()}\n\n{marker}\n"
         key = sticky_search_key(marker)
+        me = self.identity().lower()
 
         def find():
+            # only a comment the bot wrote: an App may edit anyone's, and a marker is easy to copy
             for comment in self.repo.get_issue(number).get_comments():
-                if key in (comment.body or "") and (not self.bot_login or comment.user.login == self.bot_login):
+                if key in (comment.body or "") and comment.user is not None and comment.user.login.lower() == me:
                     return comment
             return None
 

@@ -11,6 +11,7 @@ Every method opens its own short connection: safe for a CLI and for worker threa
 from __future__ import annotations
 
 import getpass
+import json
 import sqlite3
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -50,6 +51,23 @@ class LocalForge:
 
     def _db(self) -> AbstractContextManager[sqlite3.Connection]:
         return connect(self.db_path)
+
+    # -- who may command the bot ------------------------------------------------------------------
+
+    PERMISSIONS_FILE = "permissions.json"  # {"login": "admin|maintain|write|triage|read|none"} under .evalbot/
+
+    def permission(self, login: str) -> str:
+        """`login`'s role, as GitHub's collaborator permission: from `.evalbot/permissions.json` when it names
+        them; else the machine's own user is admin and everyone else has none. A broken file raises."""
+        path = self.state_dir / self.PERMISSIONS_FILE
+        if path.exists():
+            try:
+                table = {str(k).lower(): str(v).lower() for k, v in json.loads(path.read_text()).items()}
+            except (ValueError, AttributeError) as exc:
+                raise ForgeError(f"{path}: not a JSON object of login -> role: {exc}") from None
+            if login.lower() in table:
+                return table[login.lower()]
+        return "admin" if login == getpass.getuser() else "none"
 
     # -- PRs ------------------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from evalbot.decide.measurements import CellSummary, format_ctx
 from evalbot.decide.noise import NoiseFloor
 from evalbot.decide.outcome import CheckReport, ScoreOutcome
 from evalbot.decide.stats import median
-from evalbot.report.render import pct, ratio, render
+from evalbot.report.render import pct, ratio, render, text
 
 SCORECARD_MARKER_PREFIX = "<!-- dspark-evalbot:scorecard"
 SCORECARD_VERSION = 2
@@ -104,8 +104,9 @@ def _context(outcome: ScoreOutcome) -> dict[str, Any]:
     pairs = sorted({(r.main_process, r.pr_process) for r in meas.round_summaries})
     stop = meas.stop
     stop_row = (f"{meas.rounds} rounds over {len(pairs)} of {meas.processes_per_ref ** 2} process pairings "
-                f"({meas.processes_per_ref} processes per ref); stopped: {STOP_TEXT.get(stop.reason, stop.reason)}"
-                f"{' — ' + stop.detail if stop and stop.detail else ''}; {meas.wall_s:.0f} s" if stop else f"{meas.rounds} rounds")
+                f"({meas.processes_per_ref} processes per ref); stopped: {STOP_TEXT.get(stop.reason) or text(stop.reason, 80)}"
+                f"{' — ' + text(stop.detail, 600) if stop and stop.detail else ''}; {meas.wall_s:.0f} s" if stop else f"{meas.rounds} rounds")
+    # stop.detail may quote what a PR's process answered: through `text`, like every untrusted value
     ctx.update(
         cells=cells,
         cells_row=", ".join(c.name for c in cells) + (f" × {cells[0].new_tokens} new tokens" if cells else ""),

@@ -39,6 +39,7 @@ ROUTES = [
     ("post", "/repos/{owner}/{repo}/git/trees"),
     ("post", "/repos/{owner}/{repo}/git/commits"),
     ("put", "/repos/{owner}/{repo}/contents/{path}"),
+    ("get", "/repos/{owner}/{repo}/collaborators/{username}/permission"),
 ]
 
 

@@ -66,6 +66,8 @@ class FakeRepo:
     files: dict[tuple[str, str], str] = field(default_factory=dict)  # (branch, path) -> content
     git_objects: dict[str, dict] = field(default_factory=dict)
     merges: list[dict] = field(default_factory=list)
+    # login -> admin | maintain | write | triage | read; anyone else: "none" (a public repository's reader)
+    permissions: dict[str, str] = field(default_factory=lambda: {"maintainer": "admin"})
 
     @property
     def full_name(self) -> str:
@@ -200,6 +202,7 @@ class FakeGitHub:
             Route(R + "/git/trees", self.create_git_tree, methods=["POST"]),
             Route(R + "/git/commits", self.create_git_commit, methods=["POST"]),
             Route(R + "/contents/{path:path}", self.put_contents, methods=["PUT"]),
+            Route(R + "/collaborators/{username}/permission", self.collaborator_permission, methods=["GET"]),
         ]
         app = Starlette(routes=routes)
         fake = self
@@ -230,6 +233,10 @@ class FakeGitHub:
                 else:
                     scope.setdefault("state", {})["login"], scope["state"]["kind"] = fake.tokens[token]
                     response = fake._take_fault(method, path)
+                    if response is None and (method, path) == ("POST", "/graphql"):
+                        # GraphQL is not REST (not in the REST description): only `{ viewer { login } }`,
+                        # which answers for a personal token and an App's installation token alike
+                        response = JSONResponse({"data": {"viewer": {"login": fake.tokens[token][0]}}})
                 if response is not None:
                     await response(scope, receive, send_logged)
                 else:
@@ -468,10 +475,23 @@ class FakeGitHub:
             return _error(422, "Validation Failed")
         with self.lock:
             comment = repo.comments[comment_id]
-            if comment["user"] != request.state.login:
-                return _error(403, "Resource not accessible by integration")
+            # As on GitHub: an App installed with issues/pull-requests write may edit anyone's comment;
+            # a personal token only its user's own (this fake's users have no write access)
+            if comment["user"] != request.state.login and request.state.kind != "app":
+                return _error(403, "Resource not accessible by personal access token")
             comment.update(body=body["body"], updated_at=_now(), edits=comment["edits"] + 1)
             return JSONResponse(self._comment(repo, comment_id, self._base(request)))
+
+    async def collaborator_permission(self, request):
+        repo = self._repo(request)
+        if repo is None:
+            return _error(404, "Not Found")
+        login = request.path_params["username"]
+        with self.lock:
+            permission = next((p for name, p in repo.permissions.items() if name.lower() == login.lower()), "none")
+        legacy = {"maintain": "write", "triage": "read"}.get(permission, permission)  # GitHub's `permission` field
+        return JSONResponse(shape("repository-collaborator-permission", {
+            "permission": legacy, "role_name": permission, "user": self._user(login, self._base(request))}, self._base(request)))
 
     # -- check runs and statuses -------------------------------------------------------------------------------------
     def _check_run(self, repo: FakeRepo, check_id: int, base: str) -> dict:

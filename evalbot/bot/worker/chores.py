@@ -31,7 +31,15 @@ if TYPE_CHECKING:
     from evalbot.bot.worker.worker import Worker
 
 
+_COMMAND_OF = {SetAutomerge: "automerge", RescoreRequest: "rescore", ApproveForTesting: "ok-to-test"}
+
+
 def run_chore(worker: Worker, chore: Chore) -> str:
+    if (command := _COMMAND_OF.get(type(chore))) is not None:  # the commenter's role, asked of the forge now
+        forge = worker.forge_for(chore.repo)
+        if (why := approval.refusal(worker, forge, command, chore.requested_by)) is not None:
+            forge.comment(chore.pr_number, worker.render("comment_permission_refused.md.j2", login=chore.requested_by, reason=why))
+            return f"refused /{command} by {chore.requested_by}: {why}"
     if isinstance(chore, AnnounceQueued):
         record = worker.ledger.get(chore.job_key)
         if record is None or record.state != QUEUED or record.check_id:
@@ -53,7 +61,7 @@ def run_chore(worker: Worker, chore: Chore) -> str:
         forge = worker.forge_for(chore.repo)
         return queue_current_head(worker, forge, chore.repo, chore.pr_number, chore.requested_by, "rescore", reply=True)
     if isinstance(chore, ApproveForTesting):
-        approval.remember(worker, chore.repo, chore.pr_number, chore.requested_by)
+        approval.remember(worker, chore.repo, chore.pr_number, chore.requested_by)  # this head only
         forge = worker.forge_for(chore.repo)
         forge.remove_label(chore.pr_number, NEEDS_OK_TO_TEST_LABEL)
         return queue_current_head(worker, forge, chore.repo, chore.pr_number, chore.requested_by, "ok-to-test", reply=True)
