@@ -116,6 +116,20 @@ def test_sticky_comment_never_takes_over_a_users_marker_comment(fake):
     assert bot.identity() == APP_LOGIN and fake.count("POST", r"^/graphql$") == asked + 1  # asked once
 
 
+def test_an_apps_identity_comes_from_its_slug_not_graphql(fake):
+    """An installation token may not ask GraphQL's `viewer`: an App's forge learns its login from GET /app
+    (`whoami`, which `from_app` sets), once, and never asks GraphQL."""
+    fake.add_repo(REPO)
+    fake.add_pull(REPO, 7)
+    asked = []
+    bot = GitHubForge.from_token("app-token", REPO, base_url=fake.base_url, throttle=False,
+                                 whoami=lambda: asked.append(1) or APP_LOGIN)
+    graphql = fake.count("POST", r"^/graphql$")
+    first = bot.upsert_sticky_comment(7, f"{SCORECARD_MARKER_PREFIX} -->", "card")
+    assert bot.upsert_sticky_comment(7, f"{SCORECARD_MARKER_PREFIX} -->", "card two") == first
+    assert bot.identity() == APP_LOGIN and asked == [1] and fake.count("POST", r"^/graphql$") == graphql
+
+
 def test_the_fake_lets_a_writer_app_edit_others_comments_like_github(fake):
     fake.add_repo(REPO)
     fake.add_pull(REPO, 7)

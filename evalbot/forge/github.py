@@ -5,7 +5,8 @@
   set meanwhile are never overwritten.
 - One sticky scorecard comment, found by its hidden marker among the comments the bot itself wrote
   and edited in place. The bot's login is `bot_login` or, unset, what GitHub says the token is
-  (GraphQL `viewer`); a comment by anyone else is never edited, whatever it holds.
+  (an App: `<slug>[bot]` from GET /app; a token: GraphQL `viewer`); a comment by anyone else is never
+  edited, whatever it holds.
 - Who may command the bot: the commenter's permission on the repository, from GitHub
   (`GET /repos/{owner}/{repo}/collaborators/{login}/permission`), cached for a minute.
 - Check run "DSpark eval": queued -> in_progress -> completed. A token that may not write check runs
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import requests
-from github import Auth, Github, GithubException, InputGitTreeElement, UnknownObjectException
+from github import Auth, Github, GithubException, GithubIntegration, InputGitTreeElement, UnknownObjectException
 
 from evalbot.forge.base import MergeResult, PullInfo
 from evalbot.forge.github_data import client as _client, error_message as _message, pull_info as _pull_info
@@ -81,6 +82,7 @@ class GitHubForge:
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.time,
         observer: Callable[[str, float], None] | None = None,
+        whoami: Callable[[], str] | None = None,
     ):
         self.client = client
         self.repo_name = repo_full_name
@@ -96,6 +98,7 @@ class GitHubForge:
         self._observer = observer  # (kind of failure, seconds about to be waited): the bot's metrics
         self._known_labels: set[str] | None = None
         self._identity = bot_login.strip()
+        self._whoami = whoami  # how to learn the bot's login when bot_login is unset (an App: its slug)
         self._permissions: dict[str, tuple[float, str]] = {}  # login (lower case) -> (when asked, role)
 
     @classmethod
@@ -105,7 +108,13 @@ class GitHubForge:
     @classmethod
     def from_app(cls, app_id: str, private_key: str, installation_id: int, repo_full_name: str, *, base_url: str = "https://api.github.com", throttle: bool = True, **kwargs) -> "GitHubForge":
         # PyGithub refreshes the installation token (1 hour) by itself.
-        auth = Auth.AppAuth(int(app_id), private_key).get_installation_auth(int(installation_id))
+        app = Auth.AppAuth(int(app_id), private_key)
+        auth = app.get_installation_auth(int(installation_id))
+
+        def whoami() -> str:  # an installation token may not ask GraphQL's `viewer`; the App's JWT may ask GET /app
+            return f"{GithubIntegration(auth=app, base_url=base_url).get_app().slug}[bot]"
+
+        kwargs.setdefault("whoami", whoami)
         return cls(_client(auth, base_url, throttle), repo_full_name, **kwargs)
 
     # -- the retry edge ---------------------------------------------------------------------------
@@ -220,7 +229,9 @@ class GitHubForge:
 
     # -- who is who ---------------------------------------------------------------------------------
     def identity(self) -> str:
-        """The bot's own login (`bot_login`, else what GitHub says this token is: `name[bot]` for an App)."""
+        """The bot's own login: `bot_login`, else `<slug>[bot]` for an App (GET /app), else GraphQL `viewer` for a token."""
+        if not self._identity and self._whoami is not None:
+            self._identity = self._call("who am I (GET /app)", self._whoami)
         if not self._identity:
             def viewer() -> str:
                 _, data = self.client.requester.graphql_query("query { viewer { login } }", {})
