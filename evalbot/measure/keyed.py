@@ -17,7 +17,7 @@ _BLOCK = 32  # bytes of one HMAC-SHA256 block
 
 
 class KeyedStream:
-    """Uniform draws from HMAC-SHA256(seed, label || counter). The API is the part of `random.Random`
+    """Uniform draws from HMAC-SHA256(seed, label || counter). The API is the part of the standard library's Random
     the bot uses: randrange(n), getstate(), setstate()."""
 
     def __init__(self, seed: int, label: str):
