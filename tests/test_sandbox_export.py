@@ -224,3 +224,33 @@ def test_an_interpreter_under_tmp_runs_in_the_sandbox(repo, tmp_path):
         out = proc.stdout.read().decode()
         assert proc.wait(60) == 0, proc.stderr_tail()
     assert out.strip() == "ran"
+
+
+def test_a_tree_past_the_size_caps_is_refused_in_one_line_before_it_fills_disk_or_memory(repo, tmp_path):
+    """A few kB of git objects inflate to a large file (the red team's was 315 MB from 0.8 MB): the
+    archive is streamed and refused at the first member past a cap, with nothing large written."""
+    from evalbot.measure.export import MAX_EXPORT_FILE_BYTES, ExportTooLarge
+
+    big = tmp_path / "zeros.bin"
+    with open(big, "wb") as f:
+        f.truncate(8 << 20)
+    (repo.path / "engine" / "data").mkdir(parents=True)
+    os.replace(big, repo.path / "engine" / "data" / "pad.bin")
+    repo.git("add", "-A")
+    repo.git("commit", "-qm", "pad")
+    head = repo.sha("HEAD")
+    main = repo.sha("main")
+    with pytest.raises(ExportTooLarge) as e:
+        export_tree(repo.path, head, tmp_path / "pr-1", harness_rev=main, patterns=_patterns(repo),
+                    max_file_bytes=4 << 20)
+    assert e.value.rev == head and "engine/data/pad.bin has 8 MB, more than the 4 MB a file may have" in str(e.value)
+    assert "\n" not in str(e.value)
+    assert not (tmp_path / "pr-1" / "engine" / "data" / "pad.bin").exists()
+    with pytest.raises(ExportTooLarge, match="more than 6 MB in all"):
+        export_tree(repo.path, head, tmp_path / "pr-2", harness_rev=main, patterns=_patterns(repo), max_bytes=6 << 20)
+    # the defaults are far above this repository's own tree, and the same tree exports under them
+    assert MAX_EXPORT_FILE_BYTES >= 10 * max(int(line.split()[3]) for line in subprocess.run(
+        ["git", "ls-tree", "-r", "-l", "HEAD"], cwd=Path(__file__).resolve().parents[1], capture_output=True,
+        text=True).stdout.splitlines() if line.split()[3] != "-")
+    export_tree(repo.path, head, tmp_path / "pr-3", harness_rev=main, patterns=_patterns(repo))
+    assert (tmp_path / "pr-3" / "engine" / "data" / "pad.bin").stat().st_size == 8 << 20

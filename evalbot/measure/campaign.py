@@ -10,13 +10,21 @@ process-to-process variance shows in the spread of rounds instead of hiding in o
 every cell (corpus x context) gets two fresh windows, one for AR and one for DSpark, each sent to both
 refs back to back, ABBA across the cells and rounds; the guards get fresh random prompts. Only the
 process being timed is thawed: the others are frozen, threads and all, so neither side can load the
-CPU or GPU during the other's measurement; on a GPU box the bot also waits, before it starts the clock,
-until no other context keeps the GPU busy (`GpuContention`).
+CPU or GPU during the other's measurement; on a GPU box the bot also checks, before it thaws a process,
+that no context keeps the GPU busy, and after every answer charges the time the GPU stays busy to that
+answer (`GpuContention`).
+
+Every answer is checked at intake against main's shapes (main's processes are main's code: the ruler),
+never against what a PR process announces: the vocabulary (of the model and of each guard), the
+number of tokens asked for, every number finite and in range. Anything off in a PR process's answer, or
+any error while the bot processes it, is the PR's integrity failure; only main's own are infrastructure
+errors. Every secret draw (windows, guard prompts) comes from a keyed cryptographic stream of the seed
+(evalbot/measure/keyed.py), so no prompt a process sees tells it anything about the next.
 """
 
 from __future__ import annotations
 
-import random
+import math
 import secrets
 import threading
 import time
@@ -32,6 +40,7 @@ from evalbot.measure.client import ProtocolViolation, Response
 from evalbot.measure.plan import Cell, GuardPlan, Plan, budget_spent
 from evalbot.measure.servers import Failure, Process, Spawner, failure, start_servers
 from evalbot.measure.device import cpu_cores
+from evalbot.measure.keyed import KeyedStream
 from evalbot.measure.windows import CorpusExhausted, Window, WindowAllocator
 
 
@@ -57,7 +66,9 @@ class Campaign:
                                sandbox=self.sandbox, freezer=self.freezer)
         shadow = self.plan.new_tokens + 64
         self.windows = WindowAllocator(self.corpora, self.seed, shadow)
-        self.rng = random.Random(self.seed ^ 0x5EED)
+        self.rng = KeyedStream(self.seed, "guard prompts")
+        self.vocab = 0  # main's model's vocabulary (main's processes' answer)
+        self.guard_vocab: dict[str, int] = {}  # each guard's, likewise
         self.procs: dict[Ref, list[Process]] = {"base": [], "head": []}
         self.seq = 0
         self.active: Process | None = None
@@ -93,14 +104,36 @@ class Campaign:
         self.progress(f"starting {self.plan.processes} harness server(s) per ref")
         self.procs = start_servers(self.plan, self.spawn)
         for p in self._all():
+            p.handle.freeze()
+        self._check_ready()
+        for p in self._all():
             info = p.client.info
             self.records.processes.append(ProcessInfo(
-                ref=p.ref, index=p.index, startup_s=p.startup_s, model_sha256=str(info.get("model_sha256", "")),
-                drafter_sha256=str(info.get("drafter_sha256", "")), device=str(info.get("device", "")),
-                torch=str(info.get("torch", "")), triton=str(info.get("triton", "")),
-                block_size=int(info.get("block_size") or 0), sandboxed="OFF" not in self.sandbox))
+                ref=p.ref, index=p.index, startup_s=p.startup_s, model_sha256=_text(info.get("model_sha256")),
+                drafter_sha256=_text(info.get("drafter_sha256")), device=_text(info.get("device")),
+                torch=_text(info.get("torch")), triton=_text(info.get("triton")),
+                block_size=info.get("block_size") or 0, sandboxed="OFF" not in self.sandbox))
+
+    def _check_ready(self) -> None:
+        """The shapes the bot checks answers against are main's: main's processes must agree on them,
+        and every PR process must announce the same (a PR process announcing another vocabulary would
+        choose the range of the bot's own draws and the size of what it reads)."""
+        ref_info: dict = {}
         for p in self._all():
-            p.handle.freeze()
+            info = p.client.info
+            bs = info.get("block_size") or 0
+            if not _is_int(bs) or not 0 <= bs <= MAX_BLOCK:
+                raise self._fail(p, f"start-up ({p.label})", f"the ready answer's block_size {_short(bs)} is not an integer in [0, {MAX_BLOCK}]")
+            shape = {k: info.get(k) for k in SHAPE_FIELDS}
+            if not _is_int(shape["vocab_size"]) or not 2 <= shape["vocab_size"] <= MAX_VOCAB:
+                raise self._fail(p, f"start-up ({p.label})", f"the ready answer's vocab_size {_short(shape['vocab_size'])} is not an integer in [2, {MAX_VOCAB}]")
+            if not ref_info:
+                ref_info = shape  # the first of main's processes (_all() lists main's first)
+            elif shape != ref_info:
+                diff = next(k for k in SHAPE_FIELDS if shape[k] != ref_info[k])
+                raise self._fail(p, f"start-up ({p.label})", f"its ready answer announces {diff} {_short(shape[diff])}, "
+                                 f"main's process 1 {_short(ref_info[diff])}: the bot checks every answer against main's")
+        self.vocab = int(ref_info["vocab_size"])
 
     def _all(self) -> list[Process]:
         return [*self.procs["base"], *self.procs["head"]]
@@ -114,36 +147,51 @@ class Campaign:
 
     # -- one request ---------------------------------------------------------------------------
     def _ask(self, proc: Process, req: dict, expect: str, *, max_payload: int = 0, timeout: float | None = None) -> Response:
-        """Thaw only `proc`, wait for a quiet GPU, ask, freeze it again."""
+        """With every process frozen, check that the GPU is quiet; thaw only `proc`, ask, and charge the
+        time the GPU stays busy after the answer (its process thawed, then frozen) to the answer."""
+        if self.contention is not None and not self.contention.wait_quiet():
+            # main's processes are main's code; with PR processes alive, a frozen one holds the GPU
+            suspect = "head" if self.procs["head"] and not self.aa else None
+            raise Failure(Finding(ref=suspect, where="GPU", message=(
+                f"the GPU stayed busy with every process frozen, before {proc.label} was asked: a frozen process "
+                "left work running on it (kernels queued before it was frozen)")))
+        where = f"{req.get('op')} ({proc.label})"
         proc.handle.thaw()
+        frozen = False
         try:
-            if self.contention is not None and not self.contention.wait_quiet():
-                # main's processes are main's code; with PR processes alive, a frozen one holds the GPU
-                suspect = "head" if self.procs["head"] and not self.aa else None
-                raise Failure(Finding(ref=suspect, where="GPU", message=(
-                    f"the GPU stayed busy with every process but {proc.label} frozen: a frozen process left work "
-                    "running on it (kernels queued before it was frozen)")))
             try:
-                return proc.client.request(req, expect=expect, timeout=timeout or self.plan.request_timeout_s,
-                                           max_payload=max_payload)
+                r = proc.client.request(req, expect=expect, timeout=timeout or self.plan.request_timeout_s,
+                                        max_payload=max_payload)
             except ProtocolViolation as e:
-                raise self._fail(proc, f"{req.get('op')} ({proc.label})", str(e)) from None
+                raise self._fail(proc, where, str(e)) from None
+            if self.contention is not None:
+                r.seconds += self._gpu_after(proc, where, time.perf_counter())
+                if proc.handle.poll() is None:
+                    proc.handle.freeze()
+                frozen = True
+                r.seconds += self._gpu_after(proc, where, time.perf_counter())
+            return r
         finally:
-            if proc.handle.poll() is None:
+            if not frozen and proc.handle.poll() is None:
                 proc.handle.freeze()
+
+    def _gpu_after(self, proc: Process, where: str, since: float) -> float:
+        """Seconds the GPU stayed busy after `proc` answered: its own work, charged to its answer."""
+        busy = self.contention.busy_for(since)
+        if busy is None:
+            raise self._fail(proc, where, f"the GPU stayed busy for {self.contention.timeout_s:.0f} s after "
+                             f"{proc.label} answered: work left running outside the bot's clock")
+        return busy
 
     def _generate(self, proc: Process, rnd: int, pairing: int, cell: Cell, mode: str, window: Window,
                   new_tokens: int, model: str = "main", prompt: Sequence[int] | None = None) -> Generation:
         ids = list(prompt if prompt is not None else window.ids)
         r = self._ask(proc, {"op": "generate", "mode": mode, "model": model, "prompt": ids, "new_tokens": new_tokens},
                       "generation")
-        h = r.head
-        tokens = h.get("tokens")
-        if not isinstance(tokens, list) or not all(isinstance(t, int) and t >= 0 for t in tokens):
-            raise self._fail(proc, f"generate ({proc.label})", "the generation carries no list of token ids")
-        stats = h.get("stats") if isinstance(h.get("stats"), dict) else {}
-        rep = Reported(prefill_s=_num(h.get("prefill_s")), decode_s=_num(h.get("decode_s")), tau=_num(stats.get("tau")),
-                       accept_hist=[int(x) for x in stats.get("accept_hist", []) if isinstance(x, int)])
+        try:
+            tokens, rep = self._intake(proc, r.head, new_tokens, self._vocab_of(model))
+        except ProtocolViolation as e:
+            raise self._fail(proc, f"generate ({proc.label})", str(e)) from None
         self.seq += 1
         g = Generation(round=rnd, pairing=pairing, ref=proc.ref, process=proc.index, corpus=cell.corpus, ctx=cell.ctx,
                        mode=mode, model=model, new_tokens=new_tokens, tokens=tokens, bot_s=r.seconds, seq=self.seq,
@@ -152,18 +200,53 @@ class Campaign:
         self.records.generations.append(g)
         return g
 
+    def _vocab_of(self, model: str) -> int:
+        return self.vocab if model == "main" else self.guard_vocab[model[len("guard:"):]]
+
+    def _intake(self, proc: Process, h: dict, new_tokens: int, vocab: int) -> tuple[list[int], Reported]:
+        """A generation answer checked against what was asked and main's shapes; ProtocolViolation if off."""
+        tokens = h.get("tokens")
+        if not isinstance(tokens, list) or not all(_is_int(t) for t in tokens):
+            raise ProtocolViolation("the generation carries no list of token ids")
+        if len(tokens) != new_tokens:
+            raise ProtocolViolation(f"{_who(proc)}'s process returned {len(tokens)} tokens where {new_tokens} were asked for")
+        bad = next((t for t in tokens if not 0 <= t < vocab), None)
+        if bad is not None:
+            raise ProtocolViolation(f"the generation carries token id {_short(bad)}, outside main's vocabulary of {vocab}")
+        stats = h.get("stats", {})
+        if not isinstance(stats, dict):
+            raise ProtocolViolation("the generation's stats are not an object")
+        hist = stats.get("accept_hist", [])
+        if not isinstance(hist, list) or len(hist) > MAX_HIST or not all(_is_int(x) and 0 <= x <= MAX_COUNT for x in hist):
+            raise ProtocolViolation(f"the generation's accept_hist is not a list of at most {MAX_HIST} counts")
+        nums = {}
+        for name, v, hi in (("prefill_s", h.get("prefill_s"), MAX_SECONDS), ("decode_s", h.get("decode_s"), MAX_SECONDS),
+                            ("tau", stats.get("tau"), MAX_COUNT)):
+            if v is None:
+                nums[name] = None
+                continue
+            if not _is_num(v) or (isinstance(v, float) and not math.isfinite(v)) or not 0 <= v <= hi:
+                raise ProtocolViolation(f"the generation reports {name} = {_short(v)}, not a finite number in [0, {hi:g}]")
+            nums[name] = float(v)
+        return list(tokens), Reported(prefill_s=nums["prefill_s"], decode_s=nums["decode_s"], tau=nums["tau"],
+                                      accept_hist=list(hist))
+
     # -- phases --------------------------------------------------------------------------------
     def _load_guards(self) -> None:
-        self.guard_vocab: dict[str, int] = {}
+        """Each guard's vocabulary is main's processes' answer (main's harness builds the guard from its
+        own shape table); a PR process must answer the same."""
         for g in self.plan.guards:
             self.progress(f"loading guard {g.name}")
-            for p in self._all():
+            for p in self._all():  # main's processes first
                 r = self._ask(p, {"op": "load_guard", "name": g.name, "max_seq_len": g.ctx + g.new_tokens + 64}, "guard",
                               timeout=self.plan.startup_timeout_s)
                 vocab = r.head.get("vocab_size")
-                if not isinstance(vocab, int) or vocab < 2:
-                    raise self._fail(p, f"load_guard ({p.label})", "the guard answer carries no vocabulary size")
-                self.guard_vocab[g.name] = vocab
+                if not _is_int(vocab) or not 2 <= vocab <= MAX_VOCAB:
+                    raise self._fail(p, f"load_guard ({p.label})", f"the guard answer's vocab_size {_short(vocab)} is not an integer in [2, {MAX_VOCAB}]")
+                known = self.guard_vocab.setdefault(g.name, vocab)
+                if vocab != known:
+                    raise self._fail(p, f"load_guard ({p.label})", f"it announces guard {g.name} with a vocabulary of "
+                                     f"{vocab}, main's processes {known}: the bot checks every answer against main's")
 
     def _guard_prompt(self, g: GuardPlan) -> Window:
         """Guards are random-weight models timed for speed only: their prompts are fresh random ids from
@@ -197,8 +280,10 @@ class Campaign:
                     for cell, mode, w, n, model in work:
                         r = p.client.request({"op": "generate", "mode": mode, "model": model, "prompt": list(w.ids),
                                               "new_tokens": n}, expect="generation", timeout=self.plan.startup_timeout_s)
-                        if len(r.head.get("tokens") or []) != n:
-                            raise ProtocolViolation(f"a warm-up generation returned {len(r.head.get('tokens') or [])} tokens for {n}")
+                        if not isinstance(r.head.get("tokens"), list) or len(r.head["tokens"]) != n:
+                            got = len(r.head["tokens"]) if isinstance(r.head.get("tokens"), list) else "no list of"
+                            raise ProtocolViolation(f"a warm-up generation returned {got} tokens for {n}")
+                        self._intake(p, r.head, n, self._vocab_of(model))
                 except ProtocolViolation as e:
                     errors.append(self._fail(p, f"warm-up ({p.label})", str(e)))
                 finally:
@@ -243,12 +328,13 @@ class Campaign:
             w = self._take(cell, [p.label for p in pair])
             start = cell.ctx - n
             rows = {}
+            vocab = self.vocab or int(pair[0].client.info.get("vocab_size") or 0)  # main's, for both
             for p in pair:
-                vocab = int(p.client.info.get("vocab_size") or 0)
                 r = self._ask(p, {"op": "logprobs", "prompt": list(w.ids), "start": start}, "logprobs",
                               max_payload=4 * n * max(vocab, 1))
                 if r.head.get("positions") != n or r.head.get("dtype") != "float32" or len(r.payload) != 4 * n * vocab:
-                    raise self._fail(p, f"logprobs ({p.label})", "the log-prob dump has the wrong shape")
+                    raise self._fail(p, f"logprobs ({p.label})", f"the log-prob dump has the wrong shape (main's is "
+                                     f"{n} positions x {vocab} float32)")
                 rows[p.ref] = np.frombuffer(r.payload, dtype=np.float32).reshape(n, vocab)
                 bad = main_non_finite(rows[p.ref]) if p.ref == "base" else None
                 if bad is not None:  # main's engine is the reference: no accuracy can be computed against it
@@ -256,7 +342,11 @@ class Campaign:
             main_rows.append(rows["base"])
             pr_rows.append(rows["head"])
             targets += list(w.ids[start:])
-        summary = summarize_accuracy(np.concatenate(main_rows), np.concatenate(pr_rows), targets)
+        try:
+            summary = summarize_accuracy(np.concatenate(main_rows), np.concatenate(pr_rows), targets)
+        except Exception as e:  # noqa: BLE001 - main's rows are checked above: what fails is the PR's dump
+            raise self._fail(pair[1], f"logprobs ({pair[1].label})",
+                             f"the PR's log-prob dump cannot be scored: {type(e).__name__}: {str(e)[:300]}") from None
         self.records.accuracy = summary.model_dump(mode="json")
 
     def _pairings(self) -> list[tuple[int, int]]:
@@ -324,7 +414,8 @@ class Campaign:
             ids = self._window_ids(g)
             r = self._ask(verifier, {"op": "verify", "prompt": ids, "tokens": g.tokens}, "verify")
             argmax, gap = r.head.get("argmax"), r.head.get("gap")
-            if not (isinstance(argmax, list) and isinstance(gap, list) and len(argmax) == len(gap) == len(g.tokens)):
+            if not (isinstance(argmax, list) and isinstance(gap, list) and len(argmax) == len(gap) == len(g.tokens)
+                    and all(_is_int(a) for a in argmax) and all(_is_num(d) for d in gap)):
                 raise self._fail(verifier, "verify", "main's verifier answered a malformed result")
             mism = [i for i, (t, a, d) in enumerate(zip(g.tokens, argmax, gap)) if t != a and float(d) > tol]
             ties = [i for i, (t, a, d) in enumerate(zip(g.tokens, argmax, gap)) if t != a and float(d) <= tol]
@@ -346,5 +437,31 @@ class Campaign:
                 raise self._fail(p, p.label, f"{extra} bytes of output nobody asked for")
 
 
-def _num(v) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+# Bounds of what an answer may carry (anything outside is a broken contract, never a number to keep).
+SHAPE_FIELDS = ("vocab_size", "eos_ids")  # ready fields every process must announce as main's do
+MAX_VOCAB = 1 << 24
+MAX_BLOCK = 4096
+MAX_HIST = 4096
+MAX_COUNT = 1 << 31
+MAX_SECONDS = 1e6
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _who(proc: Process) -> str:
+    return "main" if proc.ref == "base" else "the PR"
+
+
+def _short(v) -> str:
+    t = repr(v)
+    return t if len(t) <= 40 else t[:37] + "..."
+
+
+def _text(v) -> str:
+    return str(v if v is not None else "")[:200]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from evalbot.errors import EvalbotError
 from evalbot.measure import gitops
-from evalbot.measure.export import export_tree, remove_export
+from evalbot.measure.export import MAX_EXPORT_BYTES, MAX_EXPORT_FILE_BYTES, export_tree, remove_export
 from evalbot.settings import ScoringSettings
 
 _SHA = re.compile(r"^[0-9a-f]{40}$")
@@ -73,7 +73,9 @@ SANDBOX_EXCLUDE = ("harness/prompts/",)
 
 
 @contextmanager
-def exported_trees(pinned: PinnedHarness, scratch: Path, names: tuple[str, str], shas: tuple[str, str]) -> Iterator[tuple[Path, Path]]:
+def exported_trees(pinned: PinnedHarness, scratch: Path, names: tuple[str, str], shas: tuple[str, str], *,
+                   max_bytes: int = MAX_EXPORT_BYTES, max_file_bytes: int = MAX_EXPORT_FILE_BYTES,
+                   ) -> Iterator[tuple[Path, Path]]:
     """Two exports (`git archive`, no .git, world-readable) of `shas` under `scratch`, each with the
     pinned harness written over it and without SANDBOX_EXCLUDE; removed afterwards whatever happened.
     Each sandbox sees only its own (evalbot.measure.sandbox)."""
@@ -81,7 +83,7 @@ def exported_trees(pinned: PinnedHarness, scratch: Path, names: tuple[str, str],
     try:
         for dest, sha in zip(dests, shas):
             digest = export_tree(pinned.repo, sha, dest, harness_rev=pinned.harness_sha, patterns=pinned.patterns,
-                                 exclude=SANDBOX_EXCLUDE)
+                                 exclude=SANDBOX_EXCLUDE, max_bytes=max_bytes, max_file_bytes=max_file_bytes)
             if digest != pinned.harness_digest:  # belt and braces: the pin must name one ruler
                 raise EvalbotError(f"harness pin failed: {dest.name} has harness digest {digest[:12]}, "
                                    f"expected {pinned.harness_digest[:12]}")

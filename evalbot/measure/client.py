@@ -26,6 +26,15 @@ class ProtocolViolation(RuntimeError):
     pass
 
 
+class _NonFinite(Exception):
+    pass
+
+
+def _no_constant(name: str):
+    """NaN and Infinity are not JSON; Python's parser accepts them unless told (the receipt cannot hold one)."""
+    raise _NonFinite(name)
+
+
 @dataclass
 class Response:
     head: dict
@@ -102,7 +111,9 @@ class ServerClient:
 
     def _parse(self, line: bytes, rid: int, expect: str) -> dict:
         try:
-            head = json.loads(line)
+            head = json.loads(line, parse_constant=_no_constant)
+        except _NonFinite as e:
+            raise ProtocolViolation(f"a response carries {e}, which is not a finite number (JSON has none)") from None
         except ValueError:
             raise ProtocolViolation(f"a response is not JSON: {line[:80]!r}") from None
         if not isinstance(head, dict):

@@ -6,15 +6,23 @@ the pinned harness laid over it and the corpora taken out.
 the ref added under those patterns removed), then the `exclude` patterns removed (measured processes
 never see the corpus texts: the bot sends token ids), then everything checked byte for byte. Files
 are world-readable and directories 0755: the sandbox user reads them, nobody writes them.
+
+The archive is streamed from git straight to disk, one file at a time, and refused (`ExportTooLarge`,
+one line) as soon as a file or the whole tree is larger than the caps: a few kB of git objects can
+inflate to gigabytes, which must fill neither the bot's memory nor its scratch disk.
 """
 
 from __future__ import annotations
 
-import io
+import contextlib
 import os
 import shutil
+import signal
 import stat
+import subprocess
 import tarfile
+import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -22,15 +30,60 @@ from evalbot.errors import HarnessPinError
 from evalbot.measure import gitops
 
 ARCHIVE_TIMEOUT_S = 600.0
+# Far above this repository's own tree (~32 MB in ~1,000 files, the largest ~10 MB: the drafter).
+MAX_EXPORT_BYTES = 1 << 30
+MAX_EXPORT_FILE_BYTES = 256 << 20
+MAX_EXPORT_FILES = 100_000
 
 
-def _archive(repo: Path, rev: str, dest: Path) -> None:
+class ExportTooLarge(HarnessPinError):
+    """A ref's tree is larger than a sandbox is given: a file, the whole tree or the number of files."""
+
+    def __init__(self, message: str, rev: str = ""):
+        super().__init__(message)
+        self.rev = rev
+
+
+def _archive(repo: Path, rev: str, dest: Path, *, max_bytes: int = MAX_EXPORT_BYTES,
+             max_file_bytes: int = MAX_EXPORT_FILE_BYTES, max_files: int = MAX_EXPORT_FILES) -> None:
+    """`git archive` streamed into `dest` member by member, each size checked before it is written."""
+    errf = tempfile.TemporaryFile()  # a file, not a pipe: git's stderr can never block its stdout
+    proc = subprocess.Popen(gitops.git_argv(repo, "archive", "--format=tar", rev), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=errf, env=gitops.git_env(None), start_new_session=True)
+    deadline = time.monotonic() + ARCHIVE_TIMEOUT_S
+    total = files = 0
     try:
-        data = gitops.git_bytes(repo, "archive", "--format=tar", rev, timeout=ARCHIVE_TIMEOUT_S)
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
-            tar.extractall(dest, filter="data")  # no absolute paths, no .., no devices, no links out
-    except (tarfile.TarError, OSError, gitops.GitError) as e:
+        with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
+            for member in tar:
+                if time.monotonic() > deadline:
+                    raise gitops.GitError(f"git archive: timed out after {ARCHIVE_TIMEOUT_S:g} s")
+                files += 1
+                total += max(member.size, 0)
+                if member.size > max_file_bytes:
+                    raise ExportTooLarge(f"the tree of {rev[:12]} is too large to export: {member.name} has "
+                                         f"{member.size / 1e6:.0f} MB, more than the {max_file_bytes / 1e6:.0f} MB a file may have", rev)
+                if total > max_bytes:
+                    raise ExportTooLarge(f"the tree of {rev[:12]} is too large to export: more than "
+                                         f"{max_bytes / 1e6:.0f} MB in all", rev)
+                if files > max_files:
+                    raise ExportTooLarge(f"the tree of {rev[:12]} is too large to export: more than {max_files} files", rev)
+                tar.extract(member, dest, filter="data")  # no absolute paths, no .., no devices, no links out
+        if proc.wait(timeout=max(1.0, deadline - time.monotonic())) != 0:
+            errf.seek(0)
+            msg = errf.read(1 << 16).decode("utf-8", "replace").strip().splitlines()
+            raise gitops.GitError(f"git archive: {msg[-1] if msg else 'failed'}")
+    except ExportTooLarge:
+        raise
+    except (tarfile.TarError, OSError, gitops.GitError, subprocess.TimeoutExpired) as e:
         raise HarnessPinError(f"cannot export {rev[:12]} into {dest}: {e}") from None
+    finally:
+        if proc.poll() is None:
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        for f in (proc.stdout, errf):
+            with contextlib.suppress(OSError):
+                f.close()
 
 
 def _walk(root: Path) -> list[str]:
@@ -107,10 +160,11 @@ def _verify(root: Path, wanted: Sequence[gitops.TreeEntry], patterns: Sequence[s
 
 
 def export_tree(repo: Path, rev: str, dest: Path, *, harness_rev: str, patterns: Sequence[str],
-                exclude: Sequence[str] = ()) -> str:
+                exclude: Sequence[str] = (), max_bytes: int = MAX_EXPORT_BYTES,
+                max_file_bytes: int = MAX_EXPORT_FILE_BYTES) -> str:
     """Export `rev` (a commit or a tree id) into `dest` (created) with harness_rev's harness files,
     without the `exclude` patterns; returns the pinned harness's tree digest (gitops.tree_digest).
-    Raises HarnessPinError, loudly, when any of it cannot be done."""
+    Raises HarnessPinError, loudly, when any of it cannot be done (ExportTooLarge: past the caps)."""
     wanted = gitops.harness_entries(repo, harness_rev, patterns)
     if not wanted:
         raise HarnessPinError(f"cannot pin the harness: HARNESS_PATHS matches no file at {harness_rev[:12]}")
@@ -119,7 +173,7 @@ def export_tree(repo: Path, rev: str, dest: Path, *, harness_rev: str, patterns:
     except FileExistsError:
         raise HarnessPinError(f"cannot export into {dest}: it exists already") from None
     blobs = gitops.read_blobs(repo, sorted({e.blob for e in wanted}))
-    _archive(repo, rev, dest)
+    _archive(repo, rev, dest, max_bytes=max_bytes, max_file_bytes=max_file_bytes)
     try:
         _remove(dest, patterns)
         for e in wanted:

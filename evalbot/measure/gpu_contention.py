@@ -4,6 +4,10 @@ Freezing a process stops its threads, not the kernels it already queued: a froze
 leave a long kernel running while main is timed. Contexts share the GPU by time slices, so a tiny
 probe kernel launched from the bot's own context waits for the busy context's slice: its latency says
 whether the GPU is free. The bot waits (up to `timeout_s`) until a few probes in a row are fast.
+
+Before it thaws a process the bot checks that the GPU is quiet; after every answer it measures how long
+the GPU stays busy (`busy_for`) and charges that time to the request: work a process queued to run
+right after it answered (outside the bot's clock) is timed like the rest of its answer.
 """
 
 from __future__ import annotations
@@ -39,9 +43,22 @@ class GpuContention:
         return time.perf_counter() - t0
 
     def wait_quiet(self) -> bool:
-        deadline, fast = time.monotonic() + self.timeout_s, 0
+        return self.busy_for() is not None
+
+    def busy_for(self, since: float | None = None) -> float | None:
+        """Seconds the GPU stayed busy: from `since` (perf_counter; default now) until the first of
+        `settle` fast probes in a row began, or 0.0 if the first probes were fast already (a quiet GPU
+        costs nobody the probes' own time). None if it is still busy after `timeout_s`."""
+        t0 = time.perf_counter() if since is None else since
+        deadline, fast, busy, quiet_at = time.monotonic() + self.timeout_s, 0, False, t0
         while time.monotonic() < deadline:
-            fast = fast + 1 if self.probe() < self.limit else 0
-            if fast >= self.settle:
-                return True
-        return False
+            ts = time.perf_counter()
+            if self.probe() < self.limit:
+                if fast == 0:
+                    quiet_at = ts
+                fast += 1
+                if fast >= self.settle:
+                    return max(0.0, quiet_at - t0) if busy else 0.0
+            else:
+                fast, busy = 0, True
+        return None

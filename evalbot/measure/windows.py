@@ -1,7 +1,8 @@
 """Exact-length windows of real text that no measured process has seen before.
 
 The bot tokenizes the harness corpora itself and cuts every prompt it sends at run time, from offsets
-drawn with a secret seed (recorded in the receipt afterwards, so a run can be reproduced). A window
+drawn from a keyed cryptographic stream of a secret seed (evalbot/measure/keyed.py; the seed is
+recorded in the receipt afterwards, so a run can be reproduced, and no prompt reveals it). A window
 claims its own tokens and a *shadow* after it (at least the tokens a generation produces) for every
 process it is sent to: no later window sent to one of those processes may overlap a claim, so no
 process is ever sent a prompt it has seen, nor one whose corpus continuation it saw inside an earlier
@@ -13,9 +14,10 @@ measured may be measured again by a pair that has seen none of it: the corpus go
 from __future__ import annotations
 
 import hashlib
-import random
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+
+from evalbot.measure.keyed import KeyedStream
 
 
 class CorpusExhausted(RuntimeError):
@@ -54,7 +56,7 @@ class WindowAllocator:
             raise ValueError("shadow must be >= 0")
         self.corpora = {name: list(ids) for name, ids in corpora.items()}
         self.shadow = shadow
-        self.rng = random.Random(seed)
+        self.rng = KeyedStream(seed, "windows")
         self.free: dict[tuple[Viewer, str], list[tuple[int, int]]] = {}
         self.taken: list[Window] = []
 

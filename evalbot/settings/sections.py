@@ -82,6 +82,8 @@ class SandboxSettings(_Strict):
     uid: int | None = None
     gid: int | None = None
     tmp_size_mb: int = 1024  # the private /tmp: a tmpfs of this size, discarded with the sandbox
+    export_max_mb: int = 1024  # a ref's exported tree, in all (this repository's is ~32 MB); larger: refused
+    export_max_file_mb: int = 256  # one file of it (this repository's largest is ~10 MB)
     memory_max_mb: int | None = None  # cgroup v2 memory.max of each sandbox, where the box delegates it
     pids_max: int = 512  # cgroup pids.max of each sandbox, where the box has the pids controller
     gpu: Literal["auto", "on", "off"] = "auto"  # bind the NVIDIA device nodes; auto: when /dev/nvidia0 exists

@@ -51,6 +51,8 @@ class Engine:
             Engine._dspark_count += 1
             if KNOBS["lossy_every"] and Engine._dspark_count % KNOBS["lossy_every"] == 0:
                 out[n // 2] = (out[n // 2] + 1) % VOCAB
+        if self.guard:  # a guard's ids are in its own vocabulary
+            out = [t % getattr(self.loaded, "vocab_size", VOCAB) for t in out]
         if KNOBS["wrong_count"]:
             out = out[:-1]
         if not KNOBS["instant"]:
