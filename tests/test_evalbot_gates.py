@@ -6,6 +6,7 @@ import pytest
 
 from evalbot.decide.gates import evaluate, gate_accuracy, gate_ar, gate_guards, gate_integrity, gate_lossless
 from evalbot.decide.integrity import IntegrityReport
+from evalbot.decide.measurements import summarize
 from evalbot.decide.records import Finding
 from evalbot.settings import Thresholds
 from evalbot.testing import builders as b
@@ -42,6 +43,51 @@ def test_lossless_reports_near_ties():
     c = b.cell(streams=9).model_copy(update={"pr_near_ties": 2, "pr_worst_gap": 0.125})
     r = gate_lossless(b.measurements(cells=[c]), TH)
     assert r.status == "pass" and "2 tokens at near-ties within 0.05 logits, the widest 0.125" in r.detail
+
+
+def _gpu_streams(ties_per_stream, *, rounds=30, gap=0.122):
+    """A GPU-profile campaign: 2 cells x `rounds` rounds of 256-token PR DSpark streams (15,360 tokens at
+    30 rounds), verified at the 0.5-logit tolerance; ties_per_stream(i) near-ties in the i-th PR stream."""
+    rec = b.records([0.8] * rounds)
+    for v in rec.verifications:
+        v.tolerance = 0.5
+    for i, v in enumerate(x for x in rec.verifications if x.ref == "head"):
+        n = ties_per_stream(i)
+        v.tokens, v.tolerance, v.near_ties, v.worst_gap = 256, 0.5, list(range(3, 3 + n)), gap if n else 0.0
+    return summarize(rec, noise=b.noise(0.01))
+
+
+def test_near_ties_at_an_honest_kernel_changes_rate_pass():
+    # the H200 kernel change: 24 near-ties in 60 streams (~15k tokens), the widest 0.122
+    m = _gpu_streams(lambda i: 1 if i < 24 else 0)
+    assert sum(c.pr_tokens_verified for c in m.cells) == 15360 and sum(c.pr_near_ties for c in m.cells) == 24
+    r = gate_lossless(m, TH)
+    assert r.status == "pass", r.detail
+    assert "24 tokens at near-ties within 0.5 logits, the widest 0.122: 0.16% of 15360 tokens, bar 0.50%" in r.detail
+
+
+def test_a_decoder_accepting_drafts_near_the_top_fails_on_its_near_tie_share():
+    """Accepting a draft within ~0.45 logits of the top 'verifies' token by token (each is a near-tie),
+    but substitutes at the rate ties occur: 8 per 256-token stream here (3.1 %), not 0.16 %."""
+    m = _gpu_streams(lambda i: 8, gap=0.45)
+    r = gate_lossless(m, TH)
+    assert r.status == "fail" and not r.missing, r.detail
+    assert r.detail.startswith("480 of 15360 verified DSpark tokens are near-tie substitutions (not main's argmax, "
+                               "within 0.5 logits): 3.12% > bar 0.50%"), r.detail
+    assert "code@256: 240 near-tie substitutions in 7680 tokens (3.12% > bar 1.00% per cell)" in r.detail
+    # in one cell only: 2 per stream pass (0.39 % in all, 0.78 % in the cell), 3 do not
+    one = _gpu_streams(lambda i: 2 if i % 2 == 0 else 0)  # code@256 streams come first in each round
+    assert gate_lossless(one, TH).status == "pass"  # 60 of 15360 = 0.39 %, 0.78 % in its cell
+    one = _gpu_streams(lambda i: 3 if i % 2 == 0 else 0)
+    r = gate_lossless(one, TH)
+    assert r.status == "fail" and "code@256: 90 near-tie substitutions in 7680 tokens (1.17% > bar 1.00%" in r.detail
+
+
+def test_a_few_near_ties_in_a_few_tokens_are_allowed():
+    m = _gpu_streams(lambda i: 1 if i < 3 else 0, rounds=3)  # 3 ties in 1,536 tokens: the allowance
+    assert gate_lossless(m, TH).status == "pass"
+    m = _gpu_streams(lambda i: 2 if i < 4 else 0, rounds=3)  # 8 in 1,536 (0.52 %)
+    assert gate_lossless(m, TH).status == "fail"
 
 
 def test_lossless_needs_enough_streams_and_fails_closed_without_any():

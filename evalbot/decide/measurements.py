@@ -50,6 +50,7 @@ class CellSummary(BaseModel):
     # losslessness: every DSpark stream teacher-forced by main's engine in main's process
     pr_streams: int = 0
     pr_verified: int = 0
+    pr_tokens_verified: int = 0  # tokens of the PR's DSpark streams teacher-forced by main's engine
     pr_near_ties: int = 0  # tokens that differ from main's argmax within the near-tie tolerance
     pr_worst_gap: float = 0.0  # the largest gap (logits below main's top) of a PR token that is not main's argmax
     main_streams: int = 0
@@ -201,6 +202,7 @@ def summarize(records: Records, *, noise: NoiseFloor, integrity: IntegritySettin
         mine = [v for v in verif if v.corpus == corpus and v.ctx == ctx]
         c.pr_streams = sum(1 for v in mine if v.ref == "head")
         c.pr_verified = sum(1 for v in mine if v.ref == "head" and not v.mismatches)
+        c.pr_tokens_verified = sum(v.tokens for v in mine if v.ref == "head")
         c.pr_near_ties = sum(len(v.near_ties) for v in mine if v.ref == "head")
         c.pr_worst_gap = max((v.worst_gap for v in mine if v.ref == "head"), default=0.0)
         c.main_streams = sum(1 for v in mine if v.ref == "base")

@@ -42,7 +42,7 @@ def cell(
         main_ar_tps=main_ar, ar_ratios=ar_ratios, pr_reported_dspark_tps=main_dspark * 1.1,
         main_reported_dspark_tps=main_dspark * 1.1, pr_reported_ar_tps=main_ar * 1.1, main_reported_ar_tps=main_ar * 1.1,
         pr_tau=pr_tau, main_tau=main_tau, pr_streams=streams, pr_verified=streams if verified is None else verified,
-        main_streams=streams, main_verified=streams, ar_compared=len(ar_ratios), ar_equal=len(ar_ratios),
+        pr_tokens_verified=256 * streams, main_streams=streams, main_verified=streams, ar_compared=len(ar_ratios), ar_equal=len(ar_ratios),
         pr_worst_gap=2.5 if verified is not None and verified < streams else 0.0,  # a wrong draft: logits below
     )
 
