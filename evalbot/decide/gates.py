@@ -19,6 +19,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from evalbot.decide.accuracy import LSE_TOLERANCE
 from evalbot.decide.measurements import Measurements, format_ctx
 from evalbot.decide.stats import crossed_bootstrap_ci, median
 from evalbot.settings import StatsSettings, Thresholds
@@ -116,6 +117,9 @@ def gate_accuracy(m: Measurements, th: Thresholds) -> GateResult:
         problems.append(f"top1 {a.top1:.3f} < {th.top1_min:g}")
     if a.kl_mean > th.kl_max:
         problems.append(f"KL {a.kl_mean:.4f} > {th.kl_max:g}")
+    if a.pr_unnormalised:  # a shifted dump lowers the KL by the shift: what it reads is not the PR's KL
+        problems.insert(0, f"{a.pr_unnormalised} of {a.positions} of the PR's log-prob rows are not normalised "
+                           f"(logsumexp up to {a.pr_worst_lse:+.4g}, must be 0 ± {LSE_TOLERANCE:g}): its KL is not a KL")
     if problems:
         return GateResult(gate="accuracy", title=title, status="fail", detail=f"{'; '.join(problems)} ({bars})")
     return GateResult(gate="accuracy", title=title, status="pass", detail=bars)
