@@ -30,6 +30,11 @@ class Thresholds(_Strict):
     near_tie_max_share: float = 0.005
     near_tie_cell_max_share: float = 0.01  # per cell: fewer tokens, and cells differ in how often ties occur
     near_tie_allowance: int = 3
+    # Each speed gate also reads the speedup by total time (main's summed seconds over the PR's on the
+    # same windows), against its bar less the noise floor less this: the floor is calibrated on the
+    # median, and a total weighs one stalled request (~9 % on a 2-vCPU VM) at 1/rounds where the median
+    # drops it. A slow minority of rounds (the total a third of main's) is far beyond either.
+    total_time_slack: float = 0.02
 
 
 class IntegritySettings(_Strict):
