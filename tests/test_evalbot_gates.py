@@ -5,11 +5,11 @@ import random
 import pytest
 
 from evalbot.decide.gates import (evaluate, gate_accuracy, gate_ar, gate_dspark_total, gate_guards, gate_integrity,
-                                  gate_lossless)
+                                  gate_lossless, total_ci)
 from evalbot.decide.integrity import IntegrityReport
 from evalbot.decide.measurements import summarize
 from evalbot.decide.records import Finding
-from evalbot.settings import Thresholds
+from evalbot.settings import StatsSettings, Thresholds
 from evalbot.testing import builders as b
 
 TH = Thresholds()
@@ -212,7 +212,8 @@ def test_a_pr_slow_on_every_third_round_fails_on_total_time_though_its_median_is
     r = gate_dspark_total(m, TH)
     assert r.status == "fail" and r.detail.startswith(
         "slower than main in total: DSpark by total time 0.346× main < 1 − noise 0.010 − 0.02, median of rounds 1.300×"), r.detail
-    assert "95% CI" in r.detail
+    lo, hi = total_ci([c.dspark_timed for c in m.cells], StatsSettings())  # every pairing has one slow round in three
+    assert lo <= m.dspark_total_ratio <= hi < 0.97 and f"(95% CI {lo:.3f}× … {hi:.3f}×)" in r.detail
 
 
 def test_an_ar_slowdown_on_a_minority_of_rounds_fails_the_ar_gate_on_total_time():
@@ -222,6 +223,10 @@ def test_an_ar_slowdown_on_a_minority_of_rounds_fails_the_ar_gate_on_total_time(
     r = gate_ar(m, TH)
     assert r.status == "fail" and "all cells: AR by total time 0.750× main < 0.98 − noise 0.010 − 0.02" in r.detail, r.detail
     assert "code@256: AR by total time 0.750×" in r.detail and "all cells: AR 1.000×" not in r.detail
+    # rounds on one process a side: the interval resamples rounds, and holds the total
+    c = b.cell(speedups=[1.25] * 12, ar_ratios=[1.0, 1.0, 0.5] * 4)
+    lo, hi = total_ci([c.ar_timed], StatsSettings())
+    assert c.ar_total_ratio == pytest.approx(0.75) and lo < 0.75 < hi < 0.95, (lo, hi)
 
 
 def test_a_guard_slow_on_a_minority_of_rounds_fails_on_total_time():

@@ -178,7 +178,7 @@ def total_ci(groups: list[list[Timed]], stats: StatsSettings, resamples: int | N
         with np.errstate(divide="ignore", invalid="ignore"):  # a group left out of a resample: no value
             logs += np.log((w[:, sel] * m[sel]).sum(1) / (w[:, sel] * p[sel]).sum(1))
     alpha = (1.0 - stats.confidence) / 2.0
-    lo, hi = np.nanquantile(np.exp(logs), [alpha, 1.0 - alpha])
+    lo, hi = np.nanquantile(np.exp(logs / len(groups)), [alpha, 1.0 - alpha])
     return float(lo), float(hi)
 
 
