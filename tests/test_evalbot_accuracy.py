@@ -102,3 +102,31 @@ def test_a_campaign_whose_main_returns_nan_log_probs_stops_with_a_finding_agains
     f = e.value.finding
     assert f.ref == "base" and f.where == "logprobs (main process 1)"
     assert f.message == "main's log-probs are not usable: 1 NaN and 0 +inf values, the first at position 2"
+
+
+def test_a_shifted_pr_dump_is_counted_as_unnormalised_and_fails_the_gate():
+    """+1 on every PR log-prob lowers KL(main || PR) by 1 and the row clamp at 0 hides the rest: a
+    distribution at half the logits' scale (KL ~0.9, failing) read KL ~0.05 (passing)."""
+    from evalbot.decide.gates import gate_accuracy
+    from evalbot.settings import Thresholds
+    from evalbot.testing import builders as b
+
+    rng = np.random.default_rng(0)
+    z = rng.normal(0, 3, (512, 4096))
+    main, pr = log_softmax(z).astype(np.float32), log_softmax(0.5 * z).astype(np.float32)
+    t = main.argmax(1)
+    honest, shifted = summarize_accuracy(main, pr, t), summarize_accuracy(main, pr + 1.0, t)
+    assert honest.pr_unnormalised == 0 and abs(honest.pr_worst_lse) < 1e-5 and honest.kl_mean > 0.1
+    assert shifted.kl_mean < 0.1  # what the gate used to read
+    assert shifted.pr_unnormalised == 512 and shifted.pr_worst_lse == pytest.approx(1.0, abs=1e-5)
+    th = Thresholds()
+    assert gate_accuracy(b.measurements(accuracy_summary=honest), th).status == "fail"  # on its real KL
+    r = gate_accuracy(b.measurements(accuracy_summary=shifted), th)
+    assert r.status == "fail" and r.detail.startswith(
+        "512 of 512 of the PR's log-prob rows are not normalised (logsumexp up to +1, must be 0 ± 0.001)"), r.detail
+    # one row off is enough; a float32 log-softmax over the vocabulary is within the tolerance
+    one = pr.copy()
+    one[7] -= 0.01
+    s = summarize_accuracy(main, one, t)
+    assert s.pr_unnormalised == 1 and s.pr_worst_lse == pytest.approx(-0.01, abs=1e-5)
+    assert summarize_accuracy(main, main.copy(), t).pr_unnormalised == 0

@@ -4,10 +4,12 @@ import random
 
 import pytest
 
-from evalbot.decide.gates import evaluate, gate_accuracy, gate_ar, gate_guards, gate_integrity, gate_lossless
+from evalbot.decide.gates import (evaluate, gate_accuracy, gate_ar, gate_dspark_total, gate_guards, gate_integrity,
+                                  gate_lossless, total_ci)
 from evalbot.decide.integrity import IntegrityReport
+from evalbot.decide.measurements import summarize
 from evalbot.decide.records import Finding
-from evalbot.settings import Thresholds
+from evalbot.settings import StatsSettings, Thresholds
 from evalbot.testing import builders as b
 
 TH = Thresholds()
@@ -20,7 +22,7 @@ def by_gate(results):
 def test_everything_passes_on_a_clean_measurement():
     results = evaluate(b.measurements([1.05, 1.06, 1.05]), TH)
     assert [r.status for r in results] == ["pass"] * len(results)
-    assert set(by_gate(results)) == {"accuracy", "lossless", "ar", "guard:qwen3-0.6b-shape", "guard:llama-3.2-1b-shape",
+    assert set(by_gate(results)) == {"accuracy", "lossless", "dspark", "ar", "guard:qwen3-0.6b-shape", "guard:llama-3.2-1b-shape",
                                      "integrity"}
 
 
@@ -42,6 +44,51 @@ def test_lossless_reports_near_ties():
     c = b.cell(streams=9).model_copy(update={"pr_near_ties": 2, "pr_worst_gap": 0.125})
     r = gate_lossless(b.measurements(cells=[c]), TH)
     assert r.status == "pass" and "2 tokens at near-ties within 0.05 logits, the widest 0.125" in r.detail
+
+
+def _gpu_streams(ties_per_stream, *, rounds=30, gap=0.122):
+    """A GPU-profile campaign: 2 cells x `rounds` rounds of 256-token PR DSpark streams (15,360 tokens at
+    30 rounds), verified at the 0.5-logit tolerance; ties_per_stream(i) near-ties in the i-th PR stream."""
+    rec = b.records([0.8] * rounds)
+    for v in rec.verifications:
+        v.tolerance = 0.5
+    for i, v in enumerate(x for x in rec.verifications if x.ref == "head"):
+        n = ties_per_stream(i)
+        v.tokens, v.tolerance, v.near_ties, v.worst_gap = 256, 0.5, list(range(3, 3 + n)), gap if n else 0.0
+    return summarize(rec, noise=b.noise(0.01))
+
+
+def test_near_ties_at_an_honest_kernel_changes_rate_pass():
+    # the H200 kernel change: 24 near-ties in 60 streams (~15k tokens), the widest 0.122
+    m = _gpu_streams(lambda i: 1 if i < 24 else 0)
+    assert sum(c.pr_tokens_verified for c in m.cells) == 15360 and sum(c.pr_near_ties for c in m.cells) == 24
+    r = gate_lossless(m, TH)
+    assert r.status == "pass", r.detail
+    assert "24 tokens at near-ties within 0.5 logits, the widest 0.122: 0.16% of 15360 tokens, bar 0.50%" in r.detail
+
+
+def test_a_decoder_accepting_drafts_near_the_top_fails_on_its_near_tie_share():
+    """Accepting a draft within ~0.45 logits of the top 'verifies' token by token (each is a near-tie),
+    but substitutes at the rate ties occur: 8 per 256-token stream here (3.1 %), not 0.16 %."""
+    m = _gpu_streams(lambda i: 8, gap=0.45)
+    r = gate_lossless(m, TH)
+    assert r.status == "fail" and not r.missing, r.detail
+    assert r.detail.startswith("480 of 15360 verified DSpark tokens are near-tie substitutions (not main's argmax, "
+                               "within 0.5 logits): 3.12% > bar 0.50%"), r.detail
+    assert "code@256: 240 near-tie substitutions in 7680 tokens (3.12% > bar 1.00% per cell)" in r.detail
+    # in one cell only: 2 per stream pass (0.39 % in all, 0.78 % in the cell), 3 do not
+    one = _gpu_streams(lambda i: 2 if i % 2 == 0 else 0)  # code@256 streams come first in each round
+    assert gate_lossless(one, TH).status == "pass"  # 60 of 15360 = 0.39 %, 0.78 % in its cell
+    one = _gpu_streams(lambda i: 3 if i % 2 == 0 else 0)
+    r = gate_lossless(one, TH)
+    assert r.status == "fail" and "code@256: 90 near-tie substitutions in 7680 tokens (1.17% > bar 1.00%" in r.detail
+
+
+def test_a_few_near_ties_in_a_few_tokens_are_allowed():
+    m = _gpu_streams(lambda i: 1 if i < 3 else 0, rounds=3)  # 3 ties in 1,536 tokens: the allowance
+    assert gate_lossless(m, TH).status == "pass"
+    m = _gpu_streams(lambda i: 2 if i < 4 else 0, rounds=3)  # 8 in 1,536 (0.52 %)
+    assert gate_lossless(m, TH).status == "fail"
 
 
 def test_lossless_needs_enough_streams_and_fails_closed_without_any():
@@ -150,3 +197,61 @@ def test_a_small_ar_regression_on_every_cell_fails_on_the_pooled_statistic():
 def test_one_round_below_the_bar_has_no_interval_and_is_undecided():
     one = gate_ar(_ar([0.5]), TH)
     assert one.status == "skipped" and one.undecided and "95% CI" not in one.detail, one.detail
+
+
+# -- total time: what a slow minority of rounds cannot hide from ------------------------------------------
+
+def test_a_pr_slow_on_every_third_round_fails_on_total_time_though_its_median_is_fast():
+    """The red team's PR: 1.3x on two rounds in three, 0.14x on every third (12 rounds, 2 processes a
+    side). The median of the round ratios reads +30 %; main's summed seconds over the PR's read 0.35x."""
+    pr = [1 / 1.3, 1 / 1.3, 1 / 0.14] * 4
+    m = summarize(b.records(pr, processes=2), noise=b.noise(0.01))
+    assert m.speedup_rounds == pytest.approx([1.3, 1.3, 0.14] * 4) and sorted(m.speedup_rounds)[6] == pytest.approx(1.3)
+    assert m.dspark_total_ratio == pytest.approx(12 / (8 / 1.3 + 4 / 0.14)) and m.dspark_total_pct == pytest.approx(-65.4, abs=0.1)
+    assert m.cells[0].dspark_total_ratio == pytest.approx(m.dspark_total_ratio)
+    r = gate_dspark_total(m, TH)
+    assert r.status == "fail" and r.detail.startswith(
+        "slower than main in total: DSpark by total time 0.346× main < 1 − noise 0.010 − 0.02, median of rounds 1.300×"), r.detail
+    lo, hi = total_ci([c.dspark_timed for c in m.cells], StatsSettings())  # every pairing has one slow round in three
+    assert lo <= m.dspark_total_ratio <= hi < 0.97 and f"(95% CI {lo:.3f}× … {hi:.3f}×)" in r.detail
+
+
+def test_an_ar_slowdown_on_a_minority_of_rounds_fails_the_ar_gate_on_total_time():
+    ar = [1.0, 1.0, 2.0] * 4  # AR at main's speed two rounds in three, half of it on the third
+    m = summarize(b.records([0.8] * 12, ar_pr_seconds=ar, processes=2), noise=b.noise(0.01))
+    assert [c.ar_total_ratio for c in m.cells] == pytest.approx([0.75, 0.75]) and m.ar_total_ratio == pytest.approx(0.75)
+    r = gate_ar(m, TH)
+    assert r.status == "fail" and "all cells: AR by total time 0.750× main < 0.98 − noise 0.010 − 0.02" in r.detail, r.detail
+    assert "code@256: AR by total time 0.750×" in r.detail and "all cells: AR 1.000×" not in r.detail
+    # rounds on one process a side: the interval resamples rounds, and holds the total
+    c = b.cell(speedups=[1.25] * 12, ar_ratios=[1.0, 1.0, 0.5] * 4)
+    lo, hi = total_ci([c.ar_timed], StatsSettings())
+    assert c.ar_total_ratio == pytest.approx(0.75) and lo < 0.75 < hi < 0.95, (lo, hi)
+
+
+def test_a_guard_slow_on_a_minority_of_rounds_fails_on_total_time():
+    g = b.guard(generation=[1.0, 1.0, 0.4] * 4)
+    r = gate_guards(b.measurements(guards=[g]), TH)[0]
+    assert r.status == "fail" and "prefill + 64 tokens by total time 0.667× main (bar 0.950×)" in r.detail, r.detail
+
+
+def test_honest_noise_and_one_stalled_request_pass_on_total_time():
+    """Ordinary noise: total time and median agree within it. One PR request stalled by 9 % (the 2-vCPU
+    VM's stray pair) moves a total over six rounds by 1.5 %, inside the slack, where the median drops it."""
+    rng = random.Random(3)
+    for _ in range(50):
+        sp = [1.0 + rng.uniform(-0.02, 0.02) for _ in range(6)]
+        sp[rng.randrange(6)] /= 1.09
+        ar = [1.0 + rng.uniform(-0.01, 0.01) for _ in range(6)]
+        ar[rng.randrange(6)] /= 1.09
+        m = b.measurements(sp, cells=[b.cell(speedups=sp, ar_ratios=ar)], noise_floor=b.noise(0.01),
+                           guards=[b.guard(generation=ar, prefill=ar)])
+        assert all(r.status == "pass" for r in evaluate(m, TH)), [r.detail for r in evaluate(m, TH) if r.status != "pass"]
+
+
+def test_total_time_is_measured_or_the_gates_fail_closed():
+    m = b.measurements(cells=[b.cell().model_copy(update={"dspark_timed": [], "ar_timed": []})])
+    assert gate_dspark_total(m, TH).missing == ["DSpark total time prose@4k"]
+    assert gate_ar(m, TH).missing == ["AR total time prose@4k"]
+    g = b.guard().model_copy(update={"prefill_timed": []})
+    assert gate_guards(b.measurements(guards=[g]), TH)[0].missing == ["qwen3-0.6b-shape prefill total time"]

@@ -5,6 +5,11 @@ positions of the same windows (float32); the bot computes everything here. KL(ma
 over every token of the vocabulary, not renormalised over top-k sets (which read logits scaled by 1.3
 as KL 0.0996 where the full value is 0.155). A PR log-prob is floored at LOGPROB_FLOOR before the
 sum, so a token the PR rules out entirely counts as a huge divergence, never as an undefined one.
+
+The rows are the PR's own dump, so they are held to being log-probabilities: each row's logsumexp must
+be 0 within LSE_TOLERANCE. A shifted dump (every log-prob + c) lowers KL(main || PR) by c, and the
+per-row clamp at 0 would hide what is left: such rows are counted (`pr_unnormalised`), and the accuracy
+gate fails on any, rather than renormalising what the PR sent and scoring it as if it had been right.
 """
 
 from __future__ import annotations
@@ -16,6 +21,9 @@ from pydantic import BaseModel
 
 LOGPROB_FLOOR = -100.0
 PERCENTILES = (50, 90, 99)
+# |logsumexp| of a full-vocabulary float32 log-softmax row: ~1e-6 honestly (float32 rounding over ~150k
+# terms stays far below); a dump off by more was not normalised by the PR.
+LSE_TOLERANCE = 1e-3
 
 
 class AccuracySummary(BaseModel):
@@ -27,6 +35,8 @@ class AccuracySummary(BaseModel):
     kl_histogram: list[int]  # positions per bin of KL_EDGES
     ppl_main: float
     ppl_pr: float
+    pr_unnormalised: int = 0  # PR rows whose logsumexp is not 0 within LSE_TOLERANCE
+    pr_worst_lse: float = 0.0  # the PR row logsumexp furthest from 0 (signed)
 
 
 KL_EDGES = (0.0, 1e-4, 1e-3, 1e-2, 0.05, 0.1, 0.5, 1.0, float("inf"))
@@ -42,6 +52,15 @@ def kl_rows(main_lp: np.ndarray, pr_lp: np.ndarray) -> np.ndarray:
     with np.errstate(invalid="ignore"):  # main's -inf (a token it rules out) contributes 0, not 0 * -inf
         terms = np.where(pm > 0, pm * (m - p), 0.0)
     return np.maximum(terms.sum(axis=1), 0.0)  # >= 0; rounding aside
+
+
+def row_logsumexp(lp: np.ndarray) -> np.ndarray:
+    """Per-row logsumexp in float64 (0 for a normalised log-softmax row); -inf for a row of -inf."""
+    x = lp.astype(np.float64)
+    top = x.max(axis=1, keepdims=True)
+    safe = np.where(np.isfinite(top), top, 0.0)
+    with np.errstate(divide="ignore"):
+        return (np.log(np.exp(x - safe).sum(axis=1)) + safe[:, 0])
 
 
 def main_non_finite(main_lp: np.ndarray) -> str | None:
@@ -65,6 +84,9 @@ def summarize_accuracy(main_lp: np.ndarray, pr_lp: np.ndarray, targets: Sequence
     if t.shape != (n,):
         raise ValueError(f"{len(t)} targets for {n} positions")
     kl = kl_rows(main_lp, pr_lp)
+    lse = row_logsumexp(pr_lp)
+    off = ~(np.abs(lse) <= LSE_TOLERANCE)
+    worst = float(lse[np.argmax(np.abs(lse))]) if n else 0.0  # pr_lp is finite here
     rows = np.arange(n)
     hist, _ = np.histogram(kl, bins=np.asarray(KL_EDGES))
     return AccuracySummary(
@@ -76,4 +98,5 @@ def summarize_accuracy(main_lp: np.ndarray, pr_lp: np.ndarray, targets: Sequence
         kl_histogram=[int(x) for x in hist],
         ppl_main=float(np.exp(-np.maximum(main_lp[rows, t].astype(np.float64), LOGPROB_FLOOR).mean())),
         ppl_pr=float(np.exp(-np.maximum(pr_lp[rows, t].astype(np.float64), LOGPROB_FLOOR).mean())),
+        pr_unnormalised=int(off.sum()), pr_worst_lse=worst,
     )

@@ -27,6 +27,23 @@ def format_ctx(ctx: int) -> str:
     return f"{ctx // 1024}k" if ctx >= 1024 and ctx % 1024 == 0 else str(ctx)
 
 
+class Timed(BaseModel):
+    """One paired request: main's and the PR's bot-clock seconds on the same window, and who served it."""
+
+    round: int
+    main_process: int
+    pr_process: int
+    main_s: float
+    pr_s: float
+
+
+def total_ratio(timed: Sequence[Timed]) -> float | None:
+    """Main's seconds over the PR's, summed over the same windows: the speedup a user of every request
+    sees, where a median of per-round ratios does not see a slow minority of rounds at all."""
+    pr_s = sum(t.pr_s for t in timed)
+    return sum(t.main_s for t in timed) / pr_s if timed and pr_s > 0 else None
+
+
 class CellSummary(BaseModel):
     corpus: str
     ctx: int
@@ -39,6 +56,8 @@ class CellSummary(BaseModel):
     dspark_ratios: list[float] = Field(default_factory=list)  # per round: main s / PR s on one window
     ar_ratios: list[float] = Field(default_factory=list)
     ar_processes: list[tuple[int, int]] = Field(default_factory=list)  # (main's, the PR's process) per AR ratio
+    dspark_timed: list[Timed] = Field(default_factory=list)  # the seconds behind dspark_ratios (same order)
+    ar_timed: list[Timed] = Field(default_factory=list)
     # what the processes reported about themselves (decode only, their own clocks): never gated
     pr_reported_dspark_tps: float | None = None
     main_reported_dspark_tps: float | None = None
@@ -50,6 +69,7 @@ class CellSummary(BaseModel):
     # losslessness: every DSpark stream teacher-forced by main's engine in main's process
     pr_streams: int = 0
     pr_verified: int = 0
+    pr_tokens_verified: int = 0  # tokens of the PR's DSpark streams teacher-forced by main's engine
     pr_near_ties: int = 0  # tokens that differ from main's argmax within the near-tie tolerance
     pr_worst_gap: float = 0.0  # the largest gap (logits below main's top) of a PR token that is not main's argmax
     main_streams: int = 0
@@ -62,6 +82,14 @@ class CellSummary(BaseModel):
     @property
     def name(self) -> str:
         return f"{self.corpus}@{format_ctx(self.ctx)}"
+
+    @property
+    def dspark_total_ratio(self) -> float | None:
+        return total_ratio(self.dspark_timed)
+
+    @property
+    def ar_total_ratio(self) -> float | None:
+        return total_ratio(self.ar_timed)
 
 
 class GuardSummary(BaseModel):
@@ -76,6 +104,16 @@ class GuardSummary(BaseModel):
     prefill_ratios: list[float] = Field(default_factory=list)
     generation_processes: list[tuple[int, int]] = Field(default_factory=list)  # (main's, the PR's) per ratio
     prefill_processes: list[tuple[int, int]] = Field(default_factory=list)
+    generation_timed: list[Timed] = Field(default_factory=list)  # the seconds behind the ratios (same order)
+    prefill_timed: list[Timed] = Field(default_factory=list)
+
+    @property
+    def generation_total_ratio(self) -> float | None:
+        return total_ratio(self.generation_timed)
+
+    @property
+    def prefill_total_ratio(self) -> float | None:
+        return total_ratio(self.prefill_timed)
 
 
 class RoundSummary(BaseModel):
@@ -123,6 +161,23 @@ class Measurements(BaseModel):
     wall_s: float = 0.0
     noise: NoiseFloor
 
+    @property
+    def dspark_total_ratio(self) -> float | None:
+        """DSpark speedup by total time: per cell main's summed seconds over the PR's on the same windows,
+        the geomean over cells (cells weigh as in the per-round speedup). None if a cell has no timings."""
+        return _geomean_total([c.dspark_total_ratio for c in self.cells])
+
+    @property
+    def dspark_total_pct(self) -> float | None:
+        """dspark_total_ratio as a speedup in percent (+26.5 = 26.5 % faster), for the tier."""
+        r = self.dspark_total_ratio
+        return None if r is None else (r - 1) * 100
+
+    @property
+    def ar_total_ratio(self) -> float | None:
+        """AR by total time, as dspark_total_ratio."""
+        return _geomean_total([c.ar_total_ratio for c in self.cells])
+
     def speedup_processes(self) -> tuple[list[int], list[int]]:
         """Main's process and the PR's process of each round in `speedup_rounds` (same order)."""
         rs = [r for r in self.round_summaries if r.dspark_ratio is not None]
@@ -136,6 +191,15 @@ class Measurements(BaseModel):
         if len(rs) != len(self.ar_rounds):
             raise ValueError("round summaries and AR rounds disagree")
         return [(r.main_process, r.pr_process) for r in rs]
+
+
+def _geomean_total(ratios: list[float | None]) -> float | None:
+    return geomean(ratios) if ratios and all(r is not None and r > 0 for r in ratios) else None  # type: ignore[arg-type]
+
+
+def _timed(pair: dict[str, Generation], rnd: int) -> Timed:
+    return Timed(round=rnd, main_process=pair["base"].process, pr_process=pair["head"].process,
+                 main_s=pair["base"].bot_s, pr_s=pair["head"].bot_s)
 
 
 def _med(values: Sequence[float]) -> float | None:
@@ -190,6 +254,7 @@ def summarize(records: Records, *, noise: NoiseFloor, integrity: IntegritySettin
             if ratio is None:
                 continue
             (c.dspark_ratios if key[2] == "dspark" else c.ar_ratios).append(ratio)
+            (c.dspark_timed if key[2] == "dspark" else c.ar_timed).append(_timed(pair, key[0]))
             if key[2] == "ar":
                 c.ar_processes.append((pair["base"].process, pair["head"].process))
                 c.ar_compared += 1
@@ -201,6 +266,7 @@ def summarize(records: Records, *, noise: NoiseFloor, integrity: IntegritySettin
         mine = [v for v in verif if v.corpus == corpus and v.ctx == ctx]
         c.pr_streams = sum(1 for v in mine if v.ref == "head")
         c.pr_verified = sum(1 for v in mine if v.ref == "head" and not v.mismatches)
+        c.pr_tokens_verified = sum(v.tokens for v in mine if v.ref == "head")
         c.pr_near_ties = sum(len(v.near_ties) for v in mine if v.ref == "head")
         c.pr_worst_gap = max((v.worst_gap for v in mine if v.ref == "head"), default=0.0)
         c.main_streams = sum(1 for v in mine if v.ref == "base")
@@ -227,6 +293,7 @@ def summarize(records: Records, *, noise: NoiseFloor, integrity: IntegritySettin
             (s.generation_ratios if key[5] == n else s.prefill_ratios).append(r)
             (s.generation_processes if key[5] == n else s.prefill_processes).append(
                 (pair["base"].process, pair["head"].process))
+            (s.generation_timed if key[5] == n else s.prefill_timed).append(_timed(pair, key[0]))
         guards.append(s)
 
     rounds_seen = sorted({g.round for g in main_gens})

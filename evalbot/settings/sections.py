@@ -22,6 +22,19 @@ class Thresholds(_Strict):
     ar_ratio_min: float = 0.98
     guard_decode_ratio_min: float = 0.98
     guard_prefill_ratio_min: float = 0.98
+    # Near-tie substitutions (a PR token that is not main's argmax but within the verify tolerance) may
+    # be at most this share of the PR's verified DSpark tokens, over all cells and per cell, and always
+    # `near_tie_allowance` of them. An honest kernel change read 24 in ~15k tokens (0.16 %); a decoder
+    # that accepts drafts within ~0.45 logits of the top substitutes at the rate the runner-up sits
+    # that close (5-28 % of positions on the bundled model).
+    near_tie_max_share: float = 0.005
+    near_tie_cell_max_share: float = 0.01  # per cell: fewer tokens, and cells differ in how often ties occur
+    near_tie_allowance: int = 3
+    # Each speed gate also reads the speedup by total time (main's summed seconds over the PR's on the
+    # same windows), against its bar less the noise floor less this: the floor is calibrated on the
+    # median, and a total weighs one stalled request (~9 % on a 2-vCPU VM) at 1/rounds where the median
+    # drops it. A slow minority of rounds (the total a third of main's) is far beyond either.
+    total_time_slack: float = 0.02
 
 
 class IntegritySettings(_Strict):

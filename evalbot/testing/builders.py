@@ -12,7 +12,7 @@ import statistics
 from typing import Any
 
 from evalbot.decide.accuracy import AccuracySummary
-from evalbot.decide.measurements import CellSummary, GuardSummary, Measurements, RoundSummary
+from evalbot.decide.measurements import CellSummary, GuardSummary, Measurements, RoundSummary, Timed
 from evalbot.decide.noise import NoiseFloor
 from evalbot.decide.records import Generation, ProcessInfo, Records, Reported, StopReason, Verification, WindowRef
 from evalbot.settings import Settings
@@ -26,6 +26,11 @@ def noise(value: float = 0.01, *, calibrated: bool = False, **per_metric: float)
 def accuracy(*, top1: float = 1.0, kl: float = 0.0, positions: int = 1024, ppl: float = 3.2) -> AccuracySummary:
     return AccuracySummary(positions=positions, top1=top1, kl_mean=kl, kl_percentiles={"p50": kl, "p90": kl, "p99": kl},
                            kl_max=kl, kl_histogram=[positions, 0, 0, 0, 0, 0, 0, 0], ppl_main=ppl, ppl_pr=ppl)
+
+
+def timed(ratios: list[float], main_s: float = 1.0) -> list[Timed]:
+    """Per round main took main_s and the PR main_s / ratio (one process a side)."""
+    return [Timed(round=i, main_process=0, pr_process=0, main_s=main_s, pr_s=main_s / r) for i, r in enumerate(ratios)]
 
 
 def cell(
@@ -42,7 +47,7 @@ def cell(
         main_ar_tps=main_ar, ar_ratios=ar_ratios, pr_reported_dspark_tps=main_dspark * 1.1,
         main_reported_dspark_tps=main_dspark * 1.1, pr_reported_ar_tps=main_ar * 1.1, main_reported_ar_tps=main_ar * 1.1,
         pr_tau=pr_tau, main_tau=main_tau, pr_streams=streams, pr_verified=streams if verified is None else verified,
-        main_streams=streams, main_verified=streams, ar_compared=len(ar_ratios), ar_equal=len(ar_ratios),
+        dspark_timed=timed(speedups), ar_timed=timed(ar_ratios), pr_tokens_verified=256 * streams, main_streams=streams, main_verified=streams, ar_compared=len(ar_ratios), ar_equal=len(ar_ratios),
         pr_worst_gap=2.5 if verified is not None and verified < streams else 0.0,  # a wrong draft: logits below
     )
 
@@ -55,7 +60,8 @@ def guard(name: str = "qwen3-0.6b-shape", *, generation: list[float] | None = No
         guard=name, ctx=16384, new_tokens=64,
         pr_generation_tps=200.0 * (statistics.median(generation) if generation else 1), main_generation_tps=200.0,
         pr_prefill_tps=50000.0 * (statistics.median(prefill) if prefill else 1), main_prefill_tps=50000.0,
-        generation_ratios=generation, prefill_ratios=prefill,
+        generation_ratios=generation, prefill_ratios=prefill, generation_timed=timed(generation, 0.5),
+        prefill_timed=timed(prefill, 0.3),
     )
 
 
