@@ -12,8 +12,10 @@ Requests (every one carries "id"; every response echoes it and this process's no
    "prompt": [ids], "new_tokens": N}                          -> kind "generation": tokens + the
                                                                  engine's own timings and stats
   {"op": "load_guard", "name": NAME, "max_seq_len": N}        -> kind "guard": a guard model loaded
-  {"op": "verify", "prompt": [ids], "tokens": [ids]}          -> kind "verify": per token, this engine's
-                                                                 teacher-forced argmax and the gap
+  {"op": "verify", "prompt": [ids], "tokens": [ids],
+   "model": "main"|"guard:NAME"}                              -> kind "verify": per token, this engine's
+                                                                 (or that guard's) teacher-forced argmax
+                                                                 and the gap
   {"op": "logprobs", "prompt": [ids], "start": S}             -> kind "logprobs": a JSON header line,
                                                                  then `bytes` raw bytes: float32
                                                                  log-softmax [positions, vocab]
@@ -55,6 +57,7 @@ class Server:
             "max_seq_len": self.engine.config.max_seq_len, "eos_ids": list(self.engine.config.eos_ids),
             "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
             "torch": torch.__version__, "triton": triton.__version__,
+            "verify_models": True,  # verify takes "model": the bot may teacher-force guard streams too
         }
 
     # -- wire --------------------------------------------------------------------------------
@@ -114,7 +117,7 @@ class Server:
         tokens = [int(t) for t in req["tokens"]]
         if not tokens:
             raise ValueError("verify needs at least one token")
-        tf = self.engine.teacher_forced(prompt + tokens, len(prompt))
+        tf = self._engine_for(str(req.get("model", "main"))).teacher_forced(prompt + tokens, len(prompt))
         self.send("verify", rid, argmax=tf["argmax"], gap=tf["gap"])
 
     def op_logprobs(self, rid, req: dict) -> None:

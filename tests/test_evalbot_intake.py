@@ -312,3 +312,129 @@ def test_busy_for_measures_until_the_gpu_is_quiet():
     assert 0.09 <= busy < 0.5
     g.probe = lambda: 0.0
     assert g.busy_for() == 0.0  # a quiet GPU: nobody is charged the probes' own time
+
+
+# -- AR streams ------------------------------------------------------------------------------------
+
+def greedy(n: int) -> list[int]:
+    return [(i * 7) % 97 for i in range(n)]  # the fake engines' greedy continuation, whatever the prompt
+
+
+class Verifier(Client):
+    """Main's process whose `verify` teacher-forces a stream against the fake's greedy continuation."""
+
+    def request(self, req, expect, timeout, max_payload=0):
+        if req["op"] != "verify":
+            return super().request(req, expect, timeout, max_payload)
+        self.calls["verify"] = self.calls.get("verify", 0) + 1
+        if self.log is not None:
+            self.log.append((self.ref, "verify", req, max_payload))
+        top = greedy(len(req["tokens"]))
+        return Response({"kind": "verify", "argmax": top,
+                         "gap": [0.0 if t == a else 3.0 for t, a in zip(req["tokens"], top)]}, b"", 0.01)
+
+
+def ar_campaign(head_edit=None):
+    c = campaign(head_edit=head_edit)
+    c.procs["base"][0] = Process("base", 0, Handle(c.events, "main"), Verifier("base"), 0.0)
+    return c
+
+
+def test_the_prs_greedy_ar_streams_are_verified_by_main_and_junk_is_an_integrity_finding():
+    from evalbot.decide.integrity import check_records
+    from evalbot.settings import IntegritySettings
+
+    honest = run_all(ar_campaign())
+    kinds = sorted((v.ref, v.mode) for v in honest.verifications)
+    assert kinds == [("base", "dspark"), ("head", "ar"), ("head", "dspark")]  # main's own AR is not re-verified
+    assert not check_records(honest, IntegritySettings()).findings
+
+    def junk_ar(req, head, n):  # answers AR requests of the main model with junk, DSpark honestly
+        if req["mode"] == "ar" and req["model"] == "main" and n > 4:
+            return {**head, "tokens": [0] * req["new_tokens"]}
+
+    rec = run_all(ar_campaign(junk_ar))
+    [f] = [f for f in check_records(rec, IntegritySettings()).findings if f.ref == "head"]
+    assert f.where == "prose@32 ar" and "greedy AR stream is not main's greedy continuation from token 1" in f.message
+
+
+def test_ar_verifications_do_not_count_as_dspark_streams():
+    from evalbot.decide.measurements import summarize
+    from evalbot.decide.noise import NoiseFloor
+
+    rec = run_all(ar_campaign())
+    m = summarize(rec, noise=NoiseFloor.default("box", "cpu", 0.01, "e"))
+    [cell] = m.cells
+    assert (cell.pr_streams, cell.main_streams, cell.pr_tokens_verified) == (1, 1, PLAN.new_tokens)
+
+
+def guard_campaign(head_edit=None, main_info=None, fail_guard_verify=False):
+    c = campaign(head_edit=head_edit)
+
+    class GuardVerifier(Verifier):
+        def request(self, req, expect, timeout, max_payload=0):
+            if req["op"] == "verify" and req.get("model", "main") != "main" and fail_guard_verify:
+                from evalbot.measure.client import ProtocolViolation
+                raise ProtocolViolation("main's process answered an error: CUDA graph capture failed")
+            return super().request(req, expect, timeout, max_payload)
+
+    main = GuardVerifier("base", info={"verify_models": True, **(main_info or {})})
+    c.procs["base"][0] = Process("base", 0, Handle(c.events, "main"), main, 0.0)
+    return c, main
+
+
+def junk_guard(req, head, n):  # answers guard requests with junk, the main model honestly
+    if req["model"].startswith("guard:") and n > 4:
+        return {**head, "tokens": [0] * req["new_tokens"]}
+
+
+def test_the_prs_guard_streams_are_teacher_forced_by_mains_copy_of_the_guard():
+    from evalbot.decide.integrity import check_records
+    from evalbot.decide.measurements import summarize
+    from evalbot.decide.noise import NoiseFloor
+    from evalbot.settings import IntegritySettings
+
+    c, _ = guard_campaign()
+    rec = run_all(c)
+    guard_checks = [v for v in rec.verifications if v.model != "main"]
+    assert [(v.ref, v.model, v.tokens) for v in guard_checks] == [("head", "guard:fake-g", 2), ("head", "guard:fake-g", 1)]
+    assert not rec.guards_unverified and not check_records(rec, IntegritySettings()).findings
+    [g] = summarize(rec, noise=NoiseFloor.default("box", "cpu", 0.01, "e")).guards
+    assert (g.pr_streams, g.pr_verified, g.unverified) == (2, 2, "")
+
+    c, _ = guard_campaign(junk_guard)
+    rec = run_all(c)
+    [f] = [f for f in check_records(rec, IntegritySettings()).findings if f.ref == "head"]
+    assert f.where == "guard fake-g" and "fake-g guard stream is not that guard's greedy continuation from token 1" in f.message
+
+
+def test_guard_prompts_sent_to_the_verifier_are_the_ones_the_pr_was_timed_on():
+    log: list = []
+    c = campaign(log=log)
+    main = Verifier("base", info={"verify_models": True}, log=log)
+    c.procs["base"][0] = Process("base", 0, Handle(c.events, "main"), main, 0.0)
+    run_all(c)
+    timed = [req["prompt"] for ref, op, req, _ in log if ref == "head" and op == "generate"
+             and req["model"].startswith("guard:")][-2:]
+    checked = [req["prompt"] for ref, op, req, _ in log if op == "verify" and req.get("model", "main") != "main"]
+    assert checked == timed and all(len(p) == PLAN.guards[0].ctx for p in checked)
+
+
+@pytest.mark.parametrize("main_info, fail, why", [
+    ({"verify_models": False}, False, "main's harness does not teacher-force guard models"),
+    ({}, True, "main's process could not teacher-force guard:fake-g"),
+])
+def test_guard_streams_main_cannot_verify_stay_unverified_and_say_why_never_a_finding(main_info, fail, why):
+    from evalbot.decide.gates import gate_guards
+    from evalbot.decide.integrity import check_records
+    from evalbot.decide.measurements import summarize
+    from evalbot.decide.noise import NoiseFloor
+    from evalbot.settings import IntegritySettings, Thresholds
+
+    c, _ = guard_campaign(junk_guard, main_info=main_info, fail_guard_verify=fail)
+    rec = run_all(c)  # completes: main's limit is not an infrastructure error
+    assert why in rec.guards_unverified and not [v for v in rec.verifications if v.model != "main"]
+    assert not [f for f in check_records(rec, IntegritySettings()).findings if f.ref == "head"]
+    m = summarize(rec, noise=NoiseFloor.default("box", "cpu", 0.01, "e"))
+    [gate] = gate_guards(m, Thresholds())
+    assert f"streams not verified ({why}" in gate.detail

@@ -199,6 +199,15 @@ def test_serve_guards_and_errors_keep_it_serving(server):
     out = server.request({"op": "generate", "mode": "ar", "model": "guard:qwen3-tiny-shape", "prompt": [1, 2, 3, 4],
                           "new_tokens": 3}, expect="generation", timeout=300).head
     assert len(out["tokens"]) == 3
+    # main's process teacher-forces a guard stream with its copy of that guard (the bot checks the PR's)
+    assert server.info["verify_models"] is True
+    v = server.request({"op": "verify", "model": "guard:qwen3-tiny-shape", "prompt": [1, 2, 3, 4], "tokens": out["tokens"]},
+                       expect="verify", timeout=300).head
+    assert v["argmax"] == out["tokens"] and all(gap == 0 for gap in v["gap"])
+    wrong = [(out["tokens"][0] + 1) % g["vocab_size"], *out["tokens"][1:]]
+    v = server.request({"op": "verify", "model": "guard:qwen3-tiny-shape", "prompt": [1, 2, 3, 4], "tokens": wrong},
+                       expect="verify", timeout=300).head
+    assert v["argmax"][0] == out["tokens"][0] and v["gap"][0] > 0
     with pytest.raises(ProtocolViolation, match="unknown op 'frobnicate'"):
         server.request({"op": "frobnicate"}, expect="ready", timeout=60)
     with pytest.raises(ProtocolViolation, match="mode must be ar or dspark"):

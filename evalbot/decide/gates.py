@@ -277,7 +277,8 @@ def gate_guards(m: Measurements, th: Thresholds, stats: StatsSettings | None = N
         tg, gen_t, ctg = total_check([g.generation_timed], gen_bar - slack, stats)
         tp, pre_t, ctp = total_check([g.prefill_timed], pre_bar - slack, stats)
         shown = (f"no regression — prefill + {g.new_tokens} tokens {g.pr_generation_tps or 0:.1f} tok/s ({gen:.3f}×, "
-                 f"total {gen_t:.3f}×) · prefill {g.pr_prefill_tps or 0:.0f} tok/s ({pre:.3f}×, total {pre_t:.3f}×)")
+                 f"total {gen_t:.3f}×) · prefill {g.pr_prefill_tps or 0:.0f} tok/s ({pre:.3f}×, total {pre_t:.3f}×)"
+                 f" · {_guard_streams(g)}")
         checks = [(sg, f"prefill + {g.new_tokens} tokens {gen:.3f}× main (bar {gen_bar:.3f}×)", cg),
                   (sp, f"prefill {pre:.3f}× main (bar {pre_bar:.3f}×)", cp)]
         if sg != "fail":  # a failed median says it already
@@ -287,6 +288,14 @@ def gate_guards(m: Measurements, th: Thresholds, stats: StatsSettings | None = N
             checks.append((tp, f"prefill by total time {pre_t:.3f}× main (bar {pre_bar - slack:.3f}×)", ctp))
         out.append(_speed_gate(gate, title, checks, shown, failed_prefix="regression: "))
     return out
+
+
+def _guard_streams(g) -> str:
+    """What became of the PR's guard streams (a wrong one is an integrity finding, not this gate's)."""
+    if g.pr_streams == 0:
+        return "streams not verified" + (f" ({g.unverified})" if g.unverified else "")
+    done = f"{g.pr_verified} of {g.pr_streams} streams teacher-forced by main's copy of the guard"
+    return f"{done}; then not verified ({g.unverified})" if g.unverified else done
 
 
 def gate_dspark_total(m: Measurements, th: Thresholds, stats: StatsSettings | None = None) -> GateResult:

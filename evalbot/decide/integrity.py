@@ -12,7 +12,10 @@ contract. This module turns what the campaign recorded into findings:
   main's time on the very same window *and* of main's median time for requests of that kind (model,
   mode, corpus, length): one main request slowed by something outside the bot (a loaded box) does not
   make an honest PR answer look impossible, while an answer that was never computed is fast against both;
-- a report that cannot be true: a process that says it spent longer than the bot's clock saw it take.
+- a report that cannot be true: a process that says it spent longer than the bot's clock saw it take;
+- a greedy AR stream of the PR's (the main model's, or a guard's) that main's process, teacher-forcing
+  it with its own copy of that model, does not find to be its greedy continuation (beyond the near-tie
+  tolerance): the AR and guard floors are floors on computing the answer.
 
 Attribution: findings on the PR's side are integrity failures (a gate: REJECT, with the reason). On
 main's side, or in the bot's own environment, they are infrastructure errors: the ruler is broken.
@@ -83,4 +86,12 @@ def check_records(records: Records, cfg: IntegritySettings) -> IntegrityReport:
             add("head", -1, f"round {rnd + 1} {mode}",
                 f"the PR answered in {t['head']:.3f} s what took main {t['base']:.3f} s on the same, never-seen "
                 f"window: faster than {1 / cfg.min_time_fraction:.0f}x main is taken as an answer it did not compute")
+    for v in records.verifications:
+        if v.mode == "ar" and v.ref == "head" and v.mismatches:
+            guard = v.model.removeprefix("guard:") if v.model != "main" else ""
+            what = f"{guard} guard stream is not that guard's" if guard else "greedy AR stream is not main's"
+            add("head", v.process, f"guard {guard}" if guard else f"{v.corpus}@{v.ctx} ar",
+                f"the PR's {what} greedy continuation from token {v.mismatches[0]} on ({v.worst_gap:.2f} logits "
+                f"below the top at worst; main's process, teacher-forcing the stream; near-ties within {v.tolerance:g} "
+                f"allowed)")
     return IntegrityReport(findings=findings)

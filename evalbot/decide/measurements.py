@@ -106,6 +106,9 @@ class GuardSummary(BaseModel):
     prefill_processes: list[tuple[int, int]] = Field(default_factory=list)
     generation_timed: list[Timed] = Field(default_factory=list)  # the seconds behind the ratios (same order)
     prefill_timed: list[Timed] = Field(default_factory=list)
+    pr_streams: int = 0  # the PR's streams of this guard teacher-forced by main's copy of it
+    pr_verified: int = 0  # ... of which every token was that guard's argmax (within the near-tie tolerance)
+    unverified: str = ""  # why the PR's guard streams were not (all) teacher-forced; "" if they were
 
     @property
     def generation_total_ratio(self) -> float | None:
@@ -263,7 +266,7 @@ def summarize(records: Records, *, noise: NoiseFloor, integrity: IntegritySettin
                     c.ar_equal += 1
                 elif c.ar_first_divergence is None or d < c.ar_first_divergence:
                     c.ar_first_divergence = d
-        mine = [v for v in verif if v.corpus == corpus and v.ctx == ctx]
+        mine = [v for v in verif if v.corpus == corpus and v.ctx == ctx and v.mode == "dspark" and v.model == "main"]
         c.pr_streams = sum(1 for v in mine if v.ref == "head")
         c.pr_verified = sum(1 for v in mine if v.ref == "head" and not v.mismatches)
         c.pr_tokens_verified = sum(v.tokens for v in mine if v.ref == "head")
@@ -282,7 +285,9 @@ def summarize(records: Records, *, noise: NoiseFloor, integrity: IntegritySettin
         n = max(g.new_tokens for g in gg)
         gen = lambda ref: [g for g in gg if g.ref == ref and g.new_tokens == n]  # noqa: E731
         pre = lambda ref: [g for g in gg if g.ref == ref and g.new_tokens == 1]  # noqa: E731
-        s = GuardSummary(guard=name, ctx=gg[0].ctx, new_tokens=n)
+        s = GuardSummary(guard=name, ctx=gg[0].ctx, new_tokens=n, unverified=records.guards_unverified)
+        checked = [v for v in verif if v.model == f"guard:{name}" and v.ref == "head"]
+        s.pr_streams, s.pr_verified = len(checked), sum(1 for v in checked if not v.mismatches)
         s.pr_generation_tps, s.main_generation_tps = _tps(gen("head")), _tps(gen("base"))
         s.pr_prefill_tps = _med([g.ctx / g.bot_s for g in pre("head") if g.bot_s > 0])
         s.main_prefill_tps = _med([g.ctx / g.bot_s for g in pre("base") if g.bot_s > 0])

@@ -61,6 +61,8 @@ class Verification(BaseModel):
     ref: Ref  # whose stream it was
     process: int
     round: int
+    mode: Literal["dspark", "ar"] = "dspark"  # a DSpark stream (both refs) or one of the PR's greedy AR streams
+    model: str = "main"  # "main" or "guard:NAME" (a guard stream, teacher-forced by main's copy of that guard)
     corpus: str
     ctx: int
     window_sha256: str
@@ -114,6 +116,7 @@ class Records(BaseModel):
     wall_s: float = 0.0
     sandbox: str = ""  # e.g. "bubblewrap 0.8.0, uid 65534, no network" or "OFF (--no-sandbox)"
     freezer: str = ""  # "cgroup v2" | "SIGSTOP"
+    guards_unverified: str = ""  # why the PR's guard streams were not (all) teacher-forced by main; "" if they were
 
     def of(self, ref: Ref, *, mode: Mode | None = None, model: str = "main", timed: bool = True) -> list[Generation]:
         return [g for g in self.generations if g.ref == ref and g.model == model and (mode is None or g.mode == mode)

@@ -69,6 +69,7 @@ class Campaign:
         self.rng = KeyedStream(self.seed, "guard prompts")
         self.vocab = 0  # main's model's vocabulary (main's processes' answer)
         self.guard_vocab: dict[str, int] = {}  # each guard's, likewise
+        self.guard_prompts: dict[str, tuple[int, ...]] = {}  # guard prompts by digest, for main's verifier
         self.procs: dict[Ref, list[Process]] = {"base": [], "head": []}
         self.seq = 0
         self.active: Process | None = None
@@ -252,7 +253,9 @@ class Campaign:
         """Guards are random-weight models timed for speed only: their prompts are fresh random ids from
         the secret seed (never repeated, so no answer can be remembered), not text."""
         ids = tuple(self.rng.randrange(self.guard_vocab[g.name]) for _ in range(g.ctx))
-        return Window(corpus=f"random:{g.name}", offset=self.seq, length=g.ctx, ids=ids)
+        w = Window(corpus=f"random:{g.name}", offset=self.seq, length=g.ctx, ids=ids)
+        self.guard_prompts[w.sha256] = ids  # for main's verifier, after the round
+        return w
 
     def _warm_up(self) -> None:
         """Compile, capture and warm every process on windows of its own, all processes at once (nothing
@@ -407,23 +410,56 @@ class Campaign:
         return None
 
     def _verify_round(self, rnd: int) -> None:
-        """Main's engine re-checks every DSpark stream of the round (both refs), in main's process."""
+        """Main's engine re-checks, in main's process, every DSpark stream of the round (both refs) and the
+        PR's greedy AR streams (an AR answer is held to being main's greedy continuation too: junk
+        returned fast would otherwise pass the AR floor)."""
         verifier = self.procs["base"][0]
-        tol = self.plan.verify_tolerance
-        for g in [x for x in self.records.generations if x.round == rnd and x.mode == "dspark" and x.model == "main"]:
+        for g in [x for x in self.records.generations if x.round == rnd and x.model == "main"
+                  and (x.mode == "dspark" or (x.mode == "ar" and x.ref == "head"))]:
             ids = self._window_ids(g)
             r = self._ask(verifier, {"op": "verify", "prompt": ids, "tokens": g.tokens}, "verify")
             argmax, gap = r.head.get("argmax"), r.head.get("gap")
             if not (isinstance(argmax, list) and isinstance(gap, list) and len(argmax) == len(gap) == len(g.tokens)
                     and all(_is_int(a) for a in argmax) and all(_is_num(d) for d in gap)):
                 raise self._fail(verifier, "verify", "main's verifier answered a malformed result")
-            mism = [i for i, (t, a, d) in enumerate(zip(g.tokens, argmax, gap)) if t != a and float(d) > tol]
-            ties = [i for i, (t, a, d) in enumerate(zip(g.tokens, argmax, gap)) if t != a and float(d) <= tol]
-            self.records.verifications.append(Verification(
-                ref=g.ref, process=g.process, round=rnd, corpus=g.corpus, ctx=g.ctx, window_sha256=g.window.sha256,
-                tokens=len(g.tokens), mismatches=mism, near_ties=ties,
-                worst_gap=max((float(d) for t, a, d in zip(g.tokens, argmax, gap) if t != a), default=0.0),
-                tolerance=tol))
+            self._record_verification(g, rnd, argmax, gap)
+        self._verify_guards(rnd)
+
+    def _record_verification(self, g: Generation, rnd: int, argmax: list, gap: list) -> None:
+        tol = self.plan.verify_tolerance
+        mism = [i for i, (t, a, d) in enumerate(zip(g.tokens, argmax, gap)) if t != a and float(d) > tol]
+        ties = [i for i, (t, a, d) in enumerate(zip(g.tokens, argmax, gap)) if t != a and float(d) <= tol]
+        self.records.verifications.append(Verification(
+            ref=g.ref, process=g.process, round=rnd, mode=g.mode, model=g.model, corpus=g.corpus, ctx=g.ctx,
+            window_sha256=g.window.sha256, tokens=len(g.tokens), mismatches=mism, near_ties=ties,
+            worst_gap=max((float(d) for t, a, d in zip(g.tokens, argmax, gap) if t != a), default=0.0),
+            tolerance=tol))
+
+    def _verify_guards(self, rnd: int) -> None:
+        """Main's process teacher-forces the PR's guard streams with its own copy of each guard (the same
+        seeded weights): a guard answered with junk would otherwise pass the guard floors. Where main's
+        harness cannot (an older one) or its engine fails at it, the streams stay unverified and the
+        scorecard says why; that is main's limit, never the PR's finding."""
+        if self.records.guards_unverified:
+            return
+        verifier = self.procs["base"][0]
+        if verifier.client.info.get("verify_models") is not True:
+            self.records.guards_unverified = "main's harness does not teacher-force guard models (verify_models)"
+            return
+        for g in [x for x in self.records.generations if x.round == rnd and x.ref == "head" and x.model != "main"]:
+            try:
+                r = self._ask(verifier, {"op": "verify", "model": g.model, "prompt": list(self.guard_prompts[g.window.sha256]),
+                                         "tokens": g.tokens}, "verify")
+            except Failure as e:
+                if e.finding.ref != "base":
+                    raise
+                self.records.guards_unverified = f"main's process could not teacher-force {g.model}: {e.finding.message}"[:300]
+                return
+            argmax, gap = r.head.get("argmax"), r.head.get("gap")
+            if not (isinstance(argmax, list) and isinstance(gap, list) and len(argmax) == len(gap) == len(g.tokens)
+                    and all(_is_int(a) for a in argmax) and all(_is_num(d) for d in gap)):
+                raise self._fail(verifier, "verify", "main's verifier answered a malformed result")
+            self._record_verification(g, rnd, argmax, gap)
 
     def _window_ids(self, g: Generation) -> list[int]:
         ids = self.corpora[g.window.corpus]

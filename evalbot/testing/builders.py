@@ -61,7 +61,7 @@ def guard(name: str = "qwen3-0.6b-shape", *, generation: list[float] | None = No
         pr_generation_tps=200.0 * (statistics.median(generation) if generation else 1), main_generation_tps=200.0,
         pr_prefill_tps=50000.0 * (statistics.median(prefill) if prefill else 1), main_prefill_tps=50000.0,
         generation_ratios=generation, prefill_ratios=prefill, generation_timed=timed(generation, 0.5),
-        prefill_timed=timed(prefill, 0.3),
+        prefill_timed=timed(prefill, 0.3), pr_streams=2 * len(generation), pr_verified=2 * len(generation),
     )
 
 

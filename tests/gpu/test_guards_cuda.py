@@ -1,6 +1,7 @@
 """The guard shapes (Qwen3-0.6B with QK-norm, Llama-3.2-1B with llama3 RoPE scaling), random weights in
 bf16 on CUDA: the decode step's logits agree with forward_full, k-row steps equal 1-row steps bit for
-bit, and AR decode through graphs equals eager decode."""
+bit, AR decode through graphs equals eager decode, and teacher forcing (the bot's verifier) finds the
+guard's own greedy stream to be its argmax."""
 
 from __future__ import annotations
 
@@ -47,3 +48,15 @@ def test_graph_decode_equals_eager_decode(guard):
     eager = Engine(loaded=loaded, device="cuda", cuda_graphs=False)
     ids = random_ids(CTX, engine.config.vocab_size, seed=5)
     assert engine.generate(ids, 32, stop_at_eos=False).tokens == eager.generate(ids, 32, stop_at_eos=False).tokens
+
+
+def test_teacher_forcing_verifies_the_guards_own_greedy_stream(guard):
+    """What the bot's verifier does with a PR's guard stream (harness `verify`, "model": "guard:NAME"):
+    main's copy of the guard teacher-forces it; its own greedy stream is its argmax at every token."""
+    _, engine = guard
+    ids = random_ids(CTX, engine.config.vocab_size, seed=6)
+    out = engine.generate(ids, 32, stop_at_eos=False).tokens
+    tf = engine.teacher_forced(ids + out, len(ids))
+    assert tf["argmax"] == out and max(tf["gap"]) == 0.0
+    wrong = [(out[0] + 1) % engine.config.vocab_size, *out[1:]]
+    assert engine.teacher_forced(ids + wrong, len(ids))["gap"][0] > 0.0
