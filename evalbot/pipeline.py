@@ -20,6 +20,7 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from evalbot.decide import scorings
 from evalbot.decide.calibration import noise_from_aa
 from evalbot.decide.integrity import check_records
 from evalbot.decide.measurements import summarize
@@ -85,6 +86,7 @@ def score_refs(
     progress: ProgressSink | None = None,
     environ: Mapping[str, str] | None = None,
     calibrate_first: bool = True,
+    rescore: bool = False,
 ) -> ScoreOutcome:
     """Score `head` against `base` in `repo` and return everything the run produced.
 
@@ -94,6 +96,12 @@ def score_refs(
     decided or the profile's budget is spent). A box, profile and engine version with no noise floor
     yet is calibrated first (A/A), unless `calibrate_first` is False (then the configured default
     floor is used and the scorecard says so).
+
+    One verdict per (base SHA, candidate tree, harness digest, profile) on this box
+    (`evalbot.decide.scorings`): when that tree was measured before, its verdict is re-issued for this
+    head (a new receipt that names the measured head) and nothing is measured. `rescore` (a
+    maintainer's /rescore or Re-run) measures again, and the verdict published is the lowest tier over
+    every scoring of the tree, so that a re-run is never a free re-roll.
     """
     repo = gitops.repo_root(repo)
     settings = settings or load_settings(repo)
@@ -122,6 +130,13 @@ def score_refs(
         candidate = gitops.Candidate(tree=gitops.git(repo, "rev-parse", f"{pinned.head_sha}^{{tree}}").strip(),
                                      commit=pinned.head_sha)
     fields.update(candidate_sha=candidate.commit, candidate_tree=candidate.tree)
+    if pr_number is not None:
+        fields.update(pr_scoring=scorings.pr_tree_number(state_dir, str(repo), pr_number, pinned.base_sha, candidate.tree))
+    tree = scorings.TreeKey(pinned.base_sha, candidate.tree, pinned.harness_digest, profile)
+    earlier = scorings.load_scorings(state_dir, tree)
+    if earlier and not rescore:
+        return _finish(_reissue(scorings.effective(earlier, settings.tiers), fields, len(earlier), None), settings,
+                       state_dir, key)
 
     noise = load_noise_floor(state_dir, box, profile, engine)
     calibrated_now = False
@@ -135,7 +150,32 @@ def score_refs(
     m = summarize(records, noise=noise, integrity=settings.integrity)
     outcome = ScoreOutcome(verdict=decide(m, settings), measurements=m, rounds=m.rounds, calibrated_now=calibrated_now,
                            requests=[RequestSummary.of(g) for g in records.generations if g.round >= 0], **fields)
-    return _finish(outcome, settings, state_dir, key)
+    if outcome.verdict.status not in scorings.REUSABLE:  # an infrastructure error is no measurement of the tree
+        return _finish(outcome, settings, state_dir, key)
+    count = scorings.store_scoring(state_dir, tree, outcome.model_copy(update={"tree_scorings": len(earlier) + 1}))
+    standing = scorings.effective([*earlier, outcome], settings.tiers)
+    if standing is outcome:
+        outcome.tree_scorings = count
+        if count > 1:
+            outcome.verdict = outcome.verdict.model_copy(update={"reason": (
+                f"{outcome.verdict.reason} (scoring {count} of this tree against this main; the verdict published is "
+                "the lowest tier over them)")})
+        return _finish(outcome, settings, state_dir, key)
+    return _finish(_reissue(standing, fields, count, outcome), settings, state_dir, key)
+
+
+def _reissue(stored: ScoreOutcome, fields: dict, count: int, remeasured: ScoreOutcome | None) -> ScoreOutcome:
+    """The stored verdict of this tree, re-issued for this head: its measurements, this head's identity,
+    and a reason that says whose measurement it is (the receipt signs that reason)."""
+    note = (f"measurement of head {stored.head_sha[:12]} re-issued: the same candidate tree against the same main, "
+            f"harness and profile is measured once ({count} scoring{'s' if count != 1 else ''} of it)")
+    if remeasured is not None:
+        read = remeasured.tier or remeasured.verdict.status
+        note = (f"re-measured on request and read {read}, but the verdict published is the lowest tier over the {count} "
+                f"scorings of this tree: head {stored.head_sha[:12]}'s")
+    verdict = stored.verdict.model_copy(update={"reason": f"{stored.verdict.reason} — {note}"})
+    return ScoreOutcome(verdict=verdict, measurements=stored.measurements, rounds=stored.rounds,
+                        requests=stored.requests, tree_scorings=count, reused_from_head=stored.head_sha, **fields)
 
 
 def check_rounds(rounds: int | None, streams: int = 1, processes: int = 1) -> None:

@@ -97,6 +97,17 @@ def test_a_rescored_pr_counts_once_with_its_latest_result():
     assert decision.merge_candidates == (2,) and decision.passed_over == {1: "rejected by a gate"}
 
 
+def test_the_entry_of_the_prs_current_head_counts_not_the_latest_created():
+    # head A (REJECT: fast but lossy) scored, then B (XL), then a force-push back to A: A's job was done
+    # already, so B's entry is the newest, but the PR points at A
+    a, b = "a" * 40, "b" * 40
+    rejected = RoundEntry(pr_number=1, scored_head_sha=a, tier="REJECT", current_head_sha=a, mergeable=True)
+    lucky = RoundEntry(pr_number=1, scored_head_sha=b, tier="XL", speedup=0.3, current_head_sha=a, mergeable=True)
+    for order in ([rejected, lucky], [lucky, rejected]):
+        decision = choose_round_merge([*order, entry(2, "S", 0.04)], ON)
+        assert decision.merge_candidates == (2,) and decision.passed_over == {1: "rejected by a gate"}
+
+
 def test_prs_to_rebase_are_the_other_open_ones():
     entries = [entry(1, "L"), entry(2, "S"), entry(3, "REJECT"), entry(4, "M", is_open=False), entry(2, "S")]
     assert prs_to_rebase(entries, merged_pr=1) == [2, 3]

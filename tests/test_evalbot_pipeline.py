@@ -2,6 +2,8 @@
 campaign over a fake engine; real git, real processes, real timings by the bot's clock. PR behaviour
 is set by knobs in the PR branch's knobs.json."""
 
+import base64
+import json
 from pathlib import Path
 
 import pytest
@@ -116,6 +118,83 @@ def test_a_pr_that_does_not_merge_needs_a_rebase(repo):
     assert out.verdict.conflicts == ["knobs.json"]
     assert "not evaluated: needs a rebase" in out.scorecard and "- `knobs.json`" in out.scorecard
     assert "harness changed" not in out.scorecard
+
+
+# -- one verdict per candidate tree: no best-of-N --------------------------------------------------------
+
+def _no_measuring(monkeypatch):
+    def measured(*a, **kw):
+        raise AssertionError("measured again")
+    monkeypatch.setattr(pipeline, "run_campaign", measured)
+
+
+def test_an_empty_amend_reuses_the_verdict_and_measures_nothing(repo, monkeypatch):
+    repo.branch("fast", knobs=FAST)
+    first = score(repo, "fast", pr_number=1)
+    assert first.verdict.status == "scored" and first.tree_scorings == 1 and first.pr_scoring == 1
+    assert not first.reused_from_head
+    repo.branch("fast-amend", start="fast", message="empty amend")  # same tree, new head SHA
+    _no_measuring(monkeypatch)
+    again = score(repo, "fast-amend", pr_number=1)
+    assert again.head_sha != first.head_sha and again.candidate_tree == first.candidate_tree
+    assert again.verdict.tier == first.verdict.tier and again.verdict.speedup == first.verdict.speedup
+    assert again.measurements == first.measurements and again.requests == first.requests
+    assert again.reused_from_head == first.head_sha and again.tree_scorings == 1 and again.pr_scoring == 1
+    assert f"measurement of head {first.head_sha[:12]} re-issued" in again.verdict.reason
+    # a receipt of its own, for this head, that says whose measurement it is
+    assert again.receipt.path != first.receipt.path
+    statement = json.loads(base64.b64decode(json.loads(again.receipt.envelope)["payload"]))
+    assert statement["predicate"]["code"]["head_sha"] == again.head_sha
+    assert f"head {first.head_sha[:12]} re-issued" in statement["predicate"]["verdict"]["reason"]
+    # a second PR with the same code, and a close/reopen, reuse it too
+    other = score(repo, "fast-amend", pr_number=2)
+    assert other.reused_from_head == first.head_sha and other.verdict.tier == first.verdict.tier
+    assert other.pr_scoring == 1
+
+
+def test_a_forced_rescore_measures_again_but_never_raises_the_tier(repo, monkeypatch):
+    from evalbot.decide import verdict as verdicts
+
+    repo.branch("fast", knobs=FAST)
+    first = score(repo, "fast", pr_number=1)
+    assert first.verdict.tier in ("L", "XL")
+
+    def reads(tier):  # what the noisy ruler reads this time
+        def decide(m, s):
+            v = verdicts.decide(m, s)
+            return v.model_copy(update={"tier": tier, "labels": s.tiers.labels_for(tier)})
+        monkeypatch.setattr(pipeline, "decide", decide)
+
+    reads("S")
+    low = score(repo, "fast", pr_number=1, rescore=True)  # measured again: the lower reading stands
+    assert low.verdict.tier == "S" and low.tree_scorings == 2 and not low.reused_from_head
+    assert "scoring 2 of this tree" in low.verdict.reason
+    reads("XL")
+    lucky = score(repo, "fast", pr_number=1, rescore=True)  # a lucky re-roll does not raise it
+    assert lucky.verdict.tier == "S" and lucky.tree_scorings == 3 and "re-measured on request and read XL" in lucky.verdict.reason
+    _no_measuring(monkeypatch)
+    repo.branch("fast-amend", start="fast", message="empty amend")
+    amend = score(repo, "fast-amend", pr_number=1)
+    assert amend.verdict.tier == "S" and amend.tree_scorings == 3 and amend.verdict.labels == ["eval-dspark:S", "eval:S"]
+
+
+def test_undecodable_stored_scorings_are_ignored(repo, monkeypatch):
+    repo.branch("docs", files={"NOTES.md": "no code change\n"})
+    first = score(repo, "docs", pr_number=1)
+    store = repo.path / ".evalbot" / "scorings"
+    for f in store.glob("*.json"):
+        f.write_text('{"version": 1, "key": 3, "scorings": ["garbage"]}')
+    again = score(repo, "docs", pr_number=1)  # measured again, nothing unpickled or trusted
+    assert again.verdict.status == "scored" and not again.reused_from_head and again.tree_scorings == 1
+    assert again.pr_scoring == 1 and first.pr_scoring == 1
+
+
+def test_each_distinct_tree_of_a_pr_is_counted(tmp_path):
+    from evalbot.decide import scorings
+
+    assert [scorings.pr_tree_number(tmp_path, "r", 1, "b", t) for t in ("t1", "t2", "t1", "t3")] == [1, 2, 1, 3]
+    assert scorings.pr_tree_number(tmp_path, "r", 1, "b2", "t2") == 1  # another main starts again
+    assert scorings.pr_tree_number(tmp_path, "r", 2, "b", "t2") == 1
 
 
 # -- whose fault it is -----------------------------------------------------------------------------------

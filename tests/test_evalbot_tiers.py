@@ -18,7 +18,19 @@ SURE = (50.0, 60.0)  # a CI far from zero and noise
 )
 def test_band_boundaries(pct, band):
     assert band_for(pct, T) == band
-    assert tier_for(pct, SURE, 0.5, T) == band
+    if pct > 0.5:  # the tier is the band of the CI's lower bound
+        assert tier_for(pct + 20.0, (pct, pct + 30.0), 0.5, T) == band
+
+
+def test_tier_is_the_band_of_the_lower_bound_not_the_point():
+    # a true +17 % PR whose point estimate happens to read +19 % is still L, not XL
+    assert tier_for(19.0, (12.0, 26.0), 1.0, T) == "L"
+    assert tier_for(7.0, (4.0, 10.0), 1.0, T) == "S"
+    assert tier_for(7.0, (6.0, 8.0), 1.0, T) == "M"
+    # clears zero and the floor but not the smallest band: none, however big the point
+    assert tier_for(30.0, (1.5, 60.0), 1.0, T) == "none"
+    # the lower bound's band boundary is inclusive too (float arithmetic)
+    assert tier_for(20.0, ((1.035 - 1) * 100, 30.0), 0.5, T) == "S"
 
 
 @pytest.mark.parametrize("ratio, band", [(1.02, "XS"), (1.035, "S"), (1.06, "M"), (1.10, "L"), (1.18, "XL")])
@@ -34,7 +46,9 @@ def test_ci_including_zero_is_none_however_big_the_point():
 
 def test_ci_not_clearing_noise_is_none():
     assert tier_for(4.0, (0.9, 6.0), 1.0, T) == "none"
-    assert tier_for(4.0, (1.1, 6.0), 1.0, T) == "S"
+    assert tier_for(4.0, (1.1, 6.0), 1.0, T) == "none"  # clears the floor, but +1.1 % is below XS
+    assert tier_for(4.0, (3.6, 6.0), 4.0, T) == "none"  # an S lower bound inside a 4 % floor
+    assert tier_for(4.0, (3.6, 6.0), 1.0, T) == "S"
 
 
 def test_no_interval_or_no_speedup_is_none():

@@ -31,6 +31,14 @@ def test_tier_from_the_median_round(rounds, tier):
     assert v.labels == [f"eval-dspark:{tier}", f"eval:{tier}"]
 
 
+def test_tier_is_the_band_of_the_ci_lower_bound_not_of_the_median():
+    # median +19.5 % (XL's band) but the interval reaches down to +13 %: L, and the reason still shows the point
+    v = decide(b.measurements([1.12, 1.19, 1.20, 1.21, 1.22, 1.14], noise_floor=b.noise(0.005)), S)
+    assert v.status == "scored" and v.speedup.pct > 18 and 10 <= v.speedup.ci_low_pct < 18
+    assert v.tier == "L" and v.labels == ["eval-dspark:L", "eval:L"]
+    assert "+19.5%" in v.reason and "lower bound" in v.reason
+
+
 def test_ci_including_zero_gives_none_even_with_a_big_median():
     v = decide(b.measurements([0.98, 1.30, 1.25], noise_floor=b.noise(0.0)), S)
     assert v.tier == "none"

@@ -482,3 +482,68 @@ def test_secrets_are_scrubbed_from_the_environment(monkeypatch):
     child = subprocess.run([sys.executable, "-c", "import os, json; print(json.dumps(dict(os.environ)))"], capture_output=True, text=True)
     assert "s3cr3t-" not in child.stdout
     assert not any(name in os.environ for name in SECRET_ENV_VARS)
+
+
+# -- a tier label describes the PR's current head, or is not there ------------------------------------------
+def _push(rig, number, sha):
+    rig.repo.pulls[number].head_sha = sha
+    job = ScoreJob(repo=REPO, pr_number=number, head_sha=sha, base_sha=rig.repo.branches["main"], reason="synchronize")
+    return rig.queue.submit_score(job)
+
+
+def test_a_new_head_loses_the_old_heads_labels_as_soon_as_it_is_queued(rig):
+    pull = rig.pull(1)
+    rig.queue.submit_score(rig.job(1))
+    rig.run()
+    assert sorted(rig.gh.labels_on(REPO, 1)) == ["eval-dspark:M", "eval:M"]
+    seen = []
+    scorer = rig.worker.scorer
+    rig.worker.scorer = lambda job, progress: (seen.append(sorted(rig.gh.labels_on(REPO, 1))), scorer(job, progress))[1]
+    _push(rig, 1, fake_sha("B"))
+    rig.tiers[1] = ("S", 0.04)
+    rig.run()
+    assert seen == [[]]  # while B waited and was measured, no label of A stood on it
+    assert sorted(rig.gh.labels_on(REPO, 1)) == ["eval-dspark:S", "eval:S"] and pull.head_sha == fake_sha("B")
+
+
+def test_an_infrastructure_failure_removes_the_tier_labels(rig):
+    rig.pull(1)
+    rig.queue.submit_score(rig.job(1))
+    rig.run()
+    assert sorted(rig.gh.labels_on(REPO, 1)) == ["eval-dspark:M", "eval:M"]
+    rig.fail_scorer = 99
+    rescore = rig.job(1).model_copy(update={"reason": "rescore"})
+    assert rig.queue.submit_score(rescore, force=True)
+    rig.run()
+    assert rig.ledger.get(rescore.key).state == FAILED
+    assert rig.gh.labels_on(REPO, 1) == []
+
+
+def test_a_force_push_back_to_a_scored_head_re_publishes_its_verdict(rig):
+    pull = rig.pull(1)
+    a, b = pull.head_sha, fake_sha("B")
+    rig.tiers[1] = ("REJECT", 0.30)  # A: fast but lossy
+    rig.queue.submit_score(rig.job(1))
+    rig.run()
+    assert sorted(rig.gh.labels_on(REPO, 1)) == ["eval-dspark:REJECT", "eval:REJECT"]
+    rig.tiers[1] = ("XL", 0.20)  # B: the lossless variant
+    _push(rig, 1, b)
+    rig.run()
+    assert sorted(rig.gh.labels_on(REPO, 1)) == ["eval-dspark:XL", "eval:XL"]
+    assert _push(rig, 1, a)  # back to A: A's job is done; its verdict is published again, A is not measured again
+    rig.run()
+    assert sorted(rig.gh.labels_on(REPO, 1)) == ["eval-dspark:REJECT", "eval:REJECT"]
+    assert len(rig.scored) == 2
+
+
+def test_a_force_push_back_to_a_superseded_head_scores_it(rig):
+    pull = rig.pull(1)
+    a, b = pull.head_sha, fake_sha("B")
+    rig.queue.submit_score(rig.job(1))
+    _push(rig, 1, b)  # A is still queued when B arrives: A is superseded when its turn comes
+    rig.run()
+    assert rig.ledger.get(rig.job(1, head=a).key).state == SUPERSEDED
+    assert _push(rig, 1, a)
+    rig.run()
+    assert rig.ledger.get(rig.job(1, head=a).key).state == DONE
+    assert sorted(rig.gh.labels_on(REPO, 1)) == ["eval-dspark:M", "eval:M"]

@@ -374,3 +374,27 @@ def test_wrong_methods(hook):
     assert hook.client.get("/webhook").status_code == 405
     assert hook.client.post("/healthz").status_code == 405
     assert hook.client.get("/nothing-here").status_code == 404
+
+
+# -- /metrics stays bounded -------------------------------------------------------------------------------
+def _delivery_series(hook) -> dict[tuple[str, str], float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = hook.client.get("/metrics").text
+    return {(s.labels["event"], s.labels["status"]): s.value for family in text_string_to_metric_families(text)
+            for s in family.samples if s.name == "evalbot_webhook_deliveries_total"}
+
+
+def test_unsigned_or_unknown_events_cannot_mint_metric_series(hook):
+    # an unauthenticated sender varies X-GitHub-Event: every such delivery is counted under "other"
+    for i in range(40):
+        response = hook.raw(b"{}", {"X-GitHub-Event": f"{'E' * 200}{i}", "X-GitHub-Delivery": f"d-{i}",
+                                    "X-Hub-Signature-256": "sha256=00"})
+        assert response.status_code == 401
+    # a signed but unknown event, and an unsigned known one, are "other" too
+    body = b"{}"
+    hook.raw(body, {"X-GitHub-Event": "deployment_status", "X-GitHub-Delivery": "d-x", "X-Hub-Signature-256": sign(SECRET, body)})
+    hook.raw(body, {"X-GitHub-Event": "pull_request", "X-GitHub-Delivery": "d-y", "X-Hub-Signature-256": "sha256=00"})
+    hook.post("ping", payload("ping"))
+    series = _delivery_series(hook)
+    assert series == {("other", "unauthorized"): 41.0, ("other", "ignored"): 1.0, ("ping", "pong"): 1.0}

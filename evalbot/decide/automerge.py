@@ -78,6 +78,10 @@ def why_not_eligible(entry: RoundEntry, policy: AutomergePolicy) -> str | None:
     return None
 
 
+def _is_current(entry: RoundEntry) -> bool:
+    return entry.current_head_sha is not None and entry.current_head_sha == entry.scored_head_sha
+
+
 def _rank_key(entry: RoundEntry, tiers: TierSettings) -> tuple:
     # Higher tier first, then the larger speedup, then the older PR (lower number) as a fair tiebreak.
     return (-tier_rank(entry.tier, tiers), -entry.speedup, entry.pr_number)
@@ -89,8 +93,10 @@ def choose_round_merge(entries: list[RoundEntry], policy: AutomergePolicy) -> Ro
     if not policy.enabled:
         return RoundDecision(reason="automerge is off")
     latest: dict[int, RoundEntry] = {}
-    for entry in entries:  # a PR scored twice in one round (a /rescore): the later entry counts
-        latest[entry.pr_number] = entry
+    for entry in entries:  # a PR scored more than once in one round: the entry of the head it points at counts
+        kept = latest.get(entry.pr_number)
+        if kept is None or not _is_current(kept) or _is_current(entry):
+            latest[entry.pr_number] = entry
     passed_over: dict[int, str] = {}
     eligible: list[RoundEntry] = []
     for entry in latest.values():

@@ -75,6 +75,10 @@ class ScoreOutcome(BaseModel):
     measurements: Measurements | None = None
     requests: list[RequestSummary] = []
     calibrated_now: bool = False  # this scoring ran the box's A/A calibration first
+    # One verdict per (main SHA, candidate tree, harness digest, profile): evalbot.decide.scorings.
+    pr_scoring: int = 0  # this is the PR's k-th distinct candidate tree scored against this main (0: not counted)
+    tree_scorings: int = 0  # how many times this tree was measured against this main with this ruler (0: not measured)
+    reused_from_head: str = ""  # the head whose measurement this verdict re-issues ("": measured for this head)
     started_at: str
     finished_at: str = ""
     receipt: ReceiptInfo | None = None
@@ -108,6 +112,9 @@ class ScoreOutcome(BaseModel):
             "candidate_tree": self.candidate_tree,
             "profile": self.profile,
             "rounds": self.rounds,
+            "pr_scoring": self.pr_scoring,
+            "tree_scorings": self.tree_scorings,
+            "reused_from_head": self.reused_from_head,
             "speedup": sp.model_dump(mode="json") if sp else None,
             "gates": [g.model_dump(mode="json") for g in self.verdict.gates],
             "changed_harness_paths": self.verdict.changed_harness_paths,

@@ -1,7 +1,7 @@
 """The verdict: pure function of the measurements and the settings.
 
 Four outcomes:
-- scored: every gate passed; tier none/XS/S/M/L/XL from the speedup and its CI;
+- scored: every gate passed; tier none/XS/S/M/L/XL: the band of the speedup CI's lower bound (decide/tiers);
 - rejected: some gate failed; tier REJECT. Anything wrong with what the PR's own processes did or sent
   (a crash, a timeout, forged or malformed output, an impossible timing) is the integrity gate failing;
 - not_evaluated: the PR changes the harness; no tier, no labels;
@@ -89,12 +89,12 @@ def _scored_reason(tier: str, sp: Speedup | None, settings: ScoringSettings) -> 
         return f"DSpark decode {_fmt_pct(sp.pct)} from a single round: no confidence interval, no tier"
     ci = f"{sp.confidence:.0%} CI {_fmt_pct(sp.ci_low_pct)} … {_fmt_pct(sp.ci_high_pct)}"
     if tier != settings.tiers.none_name:
-        return f"DSpark decode {_fmt_pct(sp.pct)} ({ci}, {sp.rounds} rounds)"
+        return f"DSpark decode {_fmt_pct(sp.pct)} ({ci}, {sp.rounds} rounds; tier from the CI's lower bound)"
     if sp.ci_low_pct <= 0:
         return f"no measurable DSpark decode speedup: {_fmt_pct(sp.pct)} and the {ci} includes zero"
     if sp.ci_low_pct <= sp.noise_pct:
         return f"no measurable DSpark decode speedup: the {ci} does not clear the noise floor (±{sp.noise_pct:.1f}%)"
-    return f"DSpark decode {_fmt_pct(sp.pct)} ({ci}) is below the smallest tier"
+    return f"DSpark decode {_fmt_pct(sp.pct)} ({ci}): the CI's lower bound is below the smallest tier"
 
 
 def decide(m: Measurements, settings: ScoringSettings) -> Verdict:

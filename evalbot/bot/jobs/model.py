@@ -27,6 +27,11 @@ class ScoreJob(_Model):
         return job_key(self.repo, self.pr_number, self.head_sha, self.base_sha)
 
 
+# A maintainer asked to measure again (/rescore, the Re-run button): the scorer measures a tree it has
+# measured before instead of re-issuing that verdict, and publishes the lowest tier (evalbot.decide.scorings).
+FORCED_REASONS = ("rescore", "rerun", "re-run requested")
+
+
 def job_key(repo: str, pr_number: int, head_sha: str, base_sha: str) -> str:
     return f"{repo}#{pr_number}@{head_sha}..{base_sha}"
 
@@ -108,6 +113,14 @@ class AnnounceQueued(_Model):
     job_key: str
 
 
+class Republish(_Model):
+    """The PR's head came back to a head whose job is finished (a force-push back): publish its kept
+    verdict again, so that the labels and scorecard describe the head the PR points at."""
+
+    kind: Literal["republish"] = "republish"
+    job_key: str
+
+
 class DecideRound(_Model):
     """Try the automerge decision of the round against `base_sha` again (mergeability was unknown)."""
 
@@ -118,7 +131,7 @@ class DecideRound(_Model):
 
 
 _CHORES = (RescoreRequest, SetAutomerge, Reply, MainMoved, AnnounceQueued, DecideRound, Rerun, ApproveForTesting,
-           MergeGroupCheck)
+           MergeGroupCheck, Republish)
 Chore = Annotated[Union[_CHORES], Field(discriminator="kind")]  # type: ignore[valid-type]
 Action = Annotated[Union[(ScoreJob, *_CHORES)], Field(discriminator="kind")]  # type: ignore[valid-type]
 CHORE_ADAPTER: TypeAdapter = TypeAdapter(Chore)

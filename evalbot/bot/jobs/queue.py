@@ -16,9 +16,9 @@ from huey.api import Huey
 from pydantic import ValidationError
 
 from evalbot.bot.jobs.boxlock import BoxLock
-from evalbot.bot.jobs.ledger import QUEUED, Ledger
+from evalbot.bot.jobs.ledger import DONE, QUEUED, SUPERSEDED, Ledger
 from evalbot.bot.jobs.ledger_stores import RedisLedger, SqliteLedger
-from evalbot.bot.jobs.model import CHORE_ADAPTER, Action, AnnounceQueued, Chore, ScoreJob
+from evalbot.bot.jobs.model import CHORE_ADAPTER, Action, AnnounceQueued, Chore, Republish, ScoreJob
 from evalbot.bot.jobs.serializer import JsonSerializer
 from evalbot.settings import Settings
 
@@ -28,7 +28,8 @@ QUEUE_NAME = "evalbot"
 SCORE_TASK = "evalbot.score"
 CHORE_TASK = "evalbot.chore"
 CHORE_PRIORITY = 10  # chores (comments, check runs, toggles) overtake waiting score jobs
-CHORE_RETRIES, CHORE_RETRY_DELAY = 5, 60  # a chore that fails (GitHub down) is tried again by huey
+CHORE_RETRIES, CHORE_RETRY_DELAY = 5, 60
+HEAD_CAME_BACK = ("synchronize", "reopened")  # a finished job submitted again for these: its verdict is re-published  # a chore that fails (GitHub down) is tried again by huey
 
 
 class QueueHandlers(Protocol):
@@ -86,6 +87,14 @@ class JobQueue:
             if known is not None and known.state == QUEUED and not known.enqueued:
                 self._enqueue_new(job.key)
                 log.info("job %s had no queue message (an earlier write failed); written now", job.key)
+                return True
+            if known is not None and known.state == DONE and known.outcome and job.reason in HEAD_CAME_BACK:
+                # the PR came back to a head scored before (a force-push back): its labels and scorecard
+                # must describe that head again, not the one it left
+                self.submit_chore(Republish(job_key=job.key))
+                return True
+            if known is not None and known.state == SUPERSEDED and self.ledger.submit(job, self.clock(), force=True):
+                self._enqueue_new(job.key)  # superseded when the PR left this head; it is back: score it
                 return True
             return False
         self._enqueue_new(job.key)

@@ -39,6 +39,7 @@ log = logging.getLogger("evalbot.service")
 
 _DELIVERY_ID = re.compile(r"^[A-Za-z0-9-]{1,100}$")
 _EVENT_NAME = re.compile(r"^[a-z_]{1,64}$")
+OTHER_EVENT = "other"  # the deliveries counter's event label for anything unsigned or unknown
 
 
 class _TooLarge(Exception):
@@ -85,52 +86,57 @@ def create_app(settings: Settings, queue: JobQueue, clock: Callable[[], float] =
         except asyncio.TimeoutError:
             raise _Late(f"{getattr(fn, '__name__', 'a call')} took longer than {deadline:g}s") from None
 
-    def answer(event: str, status_word: str, response: JSONResponse) -> JSONResponse:
-        metrics.deliveries.labels(event=event or "none", status=status_word).inc()
+    def answer(seen: dict[str, str], status_word: str, response: JSONResponse) -> JSONResponse:
+        # `seen["event"]` is the event only once the signature verified and the event is one the bot knows;
+        # otherwise "other": an unsigned sender must not mint a Prometheus series per header value
+        metrics.deliveries.labels(event=seen["event"], status=status_word).inc()
         return response
 
     async def webhook(request: Request) -> JSONResponse:
         started = time.monotonic()
         event = request.headers.get("x-github-event", "")
         delivery = request.headers.get("x-github-delivery", "")
+        seen = {"event": OTHER_EVENT}
         with structlog.contextvars.bound_contextvars(delivery=delivery[:100], event=event[:64]):
             try:
-                return await _handle(request, started, event, delivery)
+                return await _handle(request, started, event, delivery, seen)
             except _Late as exc:  # a locked or slow ledger: answer in time, let GitHub's redelivery retry
                 log.warning("delivery %s not stored in time: %s", delivery, exc)
-                return answer(event, "busy", _error(503, f"ledger busy ({exc}); redeliver later"))
+                return answer(seen, "busy", _error(503, f"ledger busy ({exc}); redeliver later"))
             except ClientDisconnect:
                 log.info("client went away before its request was complete")
-                return answer(event, "disconnected", _error(400, "client disconnected"))
+                return answer(seen, "disconnected", _error(400, "client disconnected"))
 
-    async def _handle(request: Request, started: float, event: str, delivery: str) -> JSONResponse:
+    async def _handle(request: Request, started: float, event: str, delivery: str, seen: dict[str, str]) -> JSONResponse:
         try:
             body = await _read_capped(request, limit)
         except _TooLarge:
-            return answer(event, "too_large", _error(413, f"payload larger than {limit} bytes"))
+            return answer(seen, "too_large", _error(413, f"payload larger than {limit} bytes"))
         except ValueError as exc:
-            return answer(event, "bad_request", _error(400, str(exc)))
+            return answer(seen, "bad_request", _error(400, str(exc)))
 
         problem = signature_problem(settings.webhook_secret, body, request.headers.get("x-hub-signature-256"))
         if problem:
-            return answer(event, "unauthorized", _error(401, problem))
+            return answer(seen, "unauthorized", _error(401, problem))
+        if event in EVENT_MODELS:
+            seen["event"] = event
         if not _EVENT_NAME.match(event):
-            return answer("", "bad_request", _error(400, "missing or malformed X-GitHub-Event header"))
+            return answer(seen, "bad_request", _error(400, "missing or malformed X-GitHub-Event header"))
         if not _DELIVERY_ID.match(delivery):
-            return answer(event, "bad_request", _error(400, "missing or malformed X-GitHub-Delivery header"))
+            return answer(seen, "bad_request", _error(400, "missing or malformed X-GitHub-Delivery header"))
         if event not in EVENT_MODELS:
-            return answer(event, "ignored", JSONResponse({"status": "ignored", "note": f"event {event} is not handled"}, status_code=202))
+            return answer(seen, "ignored", JSONResponse({"status": "ignored", "note": f"event {event} is not handled"}, status_code=202))
 
         try:
             payload = json.loads(body)
         except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-            return answer(event, "bad_request", _error(400, "body is not valid JSON"))
+            return answer(seen, "bad_request", _error(400, "body is not valid JSON"))
         try:
             parsed = parse_event(event, payload)
         except PayloadError as exc:
-            return answer(event, "bad_request", _error(400, str(exc)))
+            return answer(seen, "bad_request", _error(400, str(exc)))
         if event == "ping":
-            return answer(event, "pong", JSONResponse({"status": "pong"}))
+            return answer(seen, "pong", JSONResponse({"status": "pong"}))
 
         try:
             fresh = await in_time(started, queue.ledger.remember_delivery, delivery, clock())
@@ -139,7 +145,7 @@ def create_app(settings: Settings, queue: JobQueue, clock: Callable[[], float] =
         except Exception as exc:  # noqa: BLE001 - a ledger that fails (locked, gone) is the sender's 503
             raise _Late(f"{type(exc).__name__}: {exc}") from None
         if not fresh:
-            return answer(event, "duplicate", JSONResponse({"status": "duplicate", "note": f"delivery {delivery} was already received"}))
+            return answer(seen, "duplicate", JSONResponse({"status": "duplicate", "note": f"delivery {delivery} was already received"}))
         routed = route(event, parsed, policy)
         try:
             accepted = [await in_time(started, queue.submit, action) for action in routed.actions]
@@ -150,11 +156,11 @@ def create_app(settings: Settings, queue: JobQueue, clock: Callable[[], float] =
             except Exception as forget_exc:  # noqa: BLE001
                 log.error("could not forget delivery %s (%s); its redelivery will read as a duplicate",
                           delivery, type(forget_exc).__name__)
-            return answer(event, "unavailable", _error(503, "queue unavailable; redeliver later"))
+            return answer(seen, "unavailable", _error(503, "queue unavailable; redeliver later"))
         status = "queued" if any(accepted) else "ignored" if not routed.actions else "already queued"
         log.info("delivery %s (%s): %s", delivery, event, routed.note)
         body_out = {"status": status, "note": routed.note, "actions": len(routed.actions)}
-        return answer(event, status.replace(" ", "_"), JSONResponse(body_out, status_code=202))
+        return answer(seen, status.replace(" ", "_"), JSONResponse(body_out, status_code=202))
 
     async def healthz(request: Request) -> JSONResponse:
         started = time.monotonic()

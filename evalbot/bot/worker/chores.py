@@ -15,6 +15,7 @@ from evalbot.bot.jobs.model import (
     MainMoved,
     MergeGroupCheck,
     Reply,
+    Republish,
     RescoreRequest,
     Rerun,
     ScoreJob,
@@ -42,10 +43,16 @@ def run_chore(worker: Worker, chore: Chore) -> str:
             return f"refused /{command} by {chore.requested_by}: {why}"
     if isinstance(chore, AnnounceQueued):
         record = worker.ledger.get(chore.job_key)
-        if record is None or record.state != QUEUED or record.check_id:
+        if record is None or record.state != QUEUED:
             return "no announcement needed"
-        worker.start_check(worker.forge_for(record.repo), record)
+        forge = worker.forge_for(record.repo)
+        worker.clear_stale_labels(forge, record)
+        if record.check_id:
+            return "no announcement needed"
+        worker.start_check(forge, record)
         return "announced"
+    if isinstance(chore, Republish):
+        return worker.republish(chore.job_key)
     if isinstance(chore, Reply):
         if chore.rate_key and not worker.ledger.claim_rate(chore.rate_key, worker.clock(), worker.settings.refusal_window_seconds):
             return f"not replied: {chore.rate_key} already had a reply in this window"

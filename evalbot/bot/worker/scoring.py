@@ -8,7 +8,7 @@ import importlib
 import logging
 from collections.abc import Callable
 
-from evalbot.bot.jobs.model import ScoreJob
+from evalbot.bot.jobs.model import FORCED_REASONS, ScoreJob
 from evalbot.bot.worker.progress import Progress, RunnerProgress
 from evalbot.decide.outcome import ScoreOutcome
 from evalbot.errors import ConfigError
@@ -52,6 +52,7 @@ def pipeline_scorer(settings: Settings) -> Scorer:
             pr_number=job.pr_number, progress=RunnerProgress(progress),
             # one ruler: the harness of main's current tip, not of the SHA the job was queued against
             harness_ref=f"{settings.remote}/{settings.main_branch}",
+            rescore=job.reason in FORCED_REASONS,  # else a tree measured before gets that verdict again
         )
 
     return score

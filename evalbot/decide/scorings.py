@@ -1,0 +1,138 @@
+"""One verdict per (main SHA, candidate tree, harness digest, profile): the scorings a box has measured.
+
+Every push gets a new head SHA, but an empty amend, a second PR with the same code or a close/reopen
+measures the very same candidate tree (the merge into main's tip) with the very same ruler. Measuring
+it again would be a free re-roll of a noisy measurement: best of N. So `evalbot.pipeline.score_refs`
+measures a tree once and re-issues that verdict (a new receipt for the new head, saying whose
+measurement it is) to every later head with the same tree. A maintainer-forced rescore may measure
+again, but the published verdict is then the LOWEST tier over every decided scoring of that tree
+(`effective`), never the best: a re-run can lower a tier, not raise it.
+
+Kept in the state dir as JSON (`scorings/<key digest>.json`, never pickled); a file or a row that does
+not decode is ignored. Beside it, per PR and main SHA, the distinct trees scored (`pr-<digest>.json`):
+the scorecard says "scoring k of this PR against this main".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from evalbot.decide.outcome import ScoreOutcome
+from evalbot.settings.tiers import TierSettings
+
+log = logging.getLogger("evalbot.scorings")
+
+SCORINGS_DIR = "scorings"
+SCORINGS_VERSION = 1
+REUSABLE = ("scored", "rejected")  # measured verdicts; an infrastructure error or not-evaluated is not one
+
+
+@dataclass(frozen=True)
+class TreeKey:
+    base_sha: str
+    candidate_tree: str
+    harness_digest: str
+    profile: str
+
+    def digest(self) -> str:
+        return _digest(asdict(self))
+
+
+def _digest(doc: dict) -> str:
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _dir(state_dir: Path) -> Path:
+    return state_dir / SCORINGS_DIR
+
+
+def _read(path: Path) -> dict | None:
+    if not path.is_file():
+        return None
+    try:
+        raw = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        log.error("ignored %s: not JSON", path)
+        return None
+    if not isinstance(raw, dict) or raw.get("version") != SCORINGS_VERSION:
+        log.error("ignored %s: not a version-%d scorings file", path, SCORINGS_VERSION)
+        return None
+    return raw
+
+
+def _write(path: Path, doc: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".scorings-")
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(doc, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def load_scorings(state_dir: Path, key: TreeKey) -> list[ScoreOutcome]:
+    """The measured scorings of this tree, oldest first; rows that do not decode (or belong to another
+    key) are left out."""
+    raw = _read(_dir(state_dir) / f"{key.digest()}.json")
+    if raw is None or raw.get("key") != asdict(key) or not isinstance(raw.get("scorings"), list):
+        return []
+    out = []
+    for row in raw["scorings"]:
+        try:
+            outcome = ScoreOutcome.model_validate(row)
+        except (ValidationError, ValueError, TypeError) as exc:
+            log.error("ignored a stored scoring that does not decode (%s)", type(exc).__name__)
+            continue
+        if (outcome.base_sha, outcome.candidate_tree, outcome.harness_digest, outcome.profile) == (
+                key.base_sha, key.candidate_tree, key.harness_digest, key.profile) and outcome.verdict.status in REUSABLE:
+            out.append(outcome)
+    return out
+
+
+def store_scoring(state_dir: Path, key: TreeKey, outcome: ScoreOutcome) -> int:
+    """Keep one more measured scoring of this tree (no scorecard, check text or receipt: those are
+    re-made for each head). Returns how many are kept now."""
+    kept = load_scorings(state_dir, key)
+    slim = outcome.model_copy(update={"scorecard": "", "check": None, "receipt": None})
+    rows = [o.model_dump(mode="json") for o in [*kept, slim]]
+    _write(_dir(state_dir) / f"{key.digest()}.json", {"version": SCORINGS_VERSION, "key": asdict(key), "scorings": rows})
+    return len(rows)
+
+
+def undecided(outcome: ScoreOutcome) -> bool:
+    """A scoring that ran out of rounds before it could decide ("a larger budget or /rescore decides")."""
+    return outcome.verdict.status == "scored" and outcome.verdict.reason.startswith("undecided")
+
+
+def effective(scorings: list[ScoreOutcome], tiers: TierSettings) -> ScoreOutcome:
+    """The scoring that stands for the tree: the lowest tier over the decided scorings (REJECT lowest;
+    on a tie the latest), so that measuring again never raises a tier. An undecided scoring (out of
+    rounds) is no evidence against a tier and counts only when no scoring decided."""
+    if not scorings:
+        raise ValueError("no scorings")
+    decided = [s for s in scorings if not undecided(s)] or scorings
+    best = decided[-1]
+    for s in reversed(decided):
+        if tiers.rank(s.tier or "") < tiers.rank(best.tier or ""):
+            best = s
+    return best
+
+
+def pr_tree_number(state_dir: Path, repo: str, pr_number: int, base_sha: str, tree: str) -> int:
+    """1-based: which distinct candidate tree of PR `pr_number` against `base_sha` this is (a tree seen
+    before keeps its number)."""
+    ident = {"repo": repo, "pr": pr_number, "base_sha": base_sha}
+    path = _dir(state_dir) / f"pr-{_digest(ident)}.json"
+    raw = _read(path)
+    trees = raw.get("trees") if raw is not None and raw.get("pr") == ident else None
+    trees = [t for t in trees if isinstance(t, str)] if isinstance(trees, list) else []
+    if tree not in trees:
+        trees.append(tree)
+        _write(path, {"version": SCORINGS_VERSION, "pr": ident, "trees": trees})
+    return trees.index(tree) + 1
