@@ -39,6 +39,22 @@ def test_tier_is_the_band_of_the_ci_lower_bound_not_of_the_median():
     assert "+19.5%" in v.reason and "lower bound" in v.reason
 
 
+def test_tier_reads_the_speedup_by_total_time_when_it_is_lower():
+    """A PR fast on most rounds and slow on a few: the median and its interval say XL, what a user of every
+    request sees (main's summed seconds over the PR's) is +5 %: the tier is S, and the reason says why."""
+    rounds = [1.20, 1.21, 1.22, 1.20, 1.21, 1.22]
+    c = b.cell(speedups=rounds)
+    slow = [t.model_copy(update={"pr_s": t.pr_s * (1.45 if t.round % 3 == 2 else 1.0)}) for t in c.dspark_timed]
+    c = c.model_copy(update={"dspark_timed": slow})
+    m = b.measurements(rounds, cells=[c], noise_floor=b.noise(0.005))
+    assert m.speedup_rounds == rounds and 3.5 <= m.dspark_total_pct < 6
+    v = decide(m, S)
+    assert v.status == "scored" and v.speedup.ci_low_pct > 18 and v.tier == "S", v.reason
+    assert "by total time" in v.reason and "below the CI's lower bound" in v.reason
+    honest = decide(b.measurements(rounds, noise_floor=b.noise(0.005)), S)
+    assert honest.tier == "XL" and "by total time" not in honest.reason
+
+
 def test_ci_including_zero_gives_none_even_with_a_big_median():
     v = decide(b.measurements([0.98, 1.30, 1.25], noise_floor=b.noise(0.0)), S)
     assert v.tier == "none"

@@ -146,10 +146,21 @@ def decide(m: Measurements, settings: ScoringSettings) -> Verdict:
             speedup=speedup,
         )
     ci = (speedup.ci_low_pct, speedup.ci_high_pct) if speedup and speedup.ci_low_pct is not None else None
+    # The tier reads the lower of the CI's lower bound and the speedup by total time (what a user sees:
+    # a PR slow on a minority of rounds moves the median of the rounds not at all).
+    total = m.dspark_total_pct
+    by_total = ci is not None and total is not None and total < ci[0]
     tier = tier_for(
-        speedup.pct if speedup else None, ci, m.noise.dspark_decode * 100, settings.tiers  # type: ignore[arg-type]
+        speedup.pct if speedup else None, (total, ci[1]) if by_total else ci,  # type: ignore[index]
+        m.noise.dspark_decode * 100, settings.tiers,
     )
     reason = _scored_reason(tier, speedup, settings)
+    if by_total and tier != settings.tiers.none_name:
+        reason = reason.replace("tier from the CI's lower bound", f"tier from the speedup by total time, {_fmt_pct(total)}, "
+                                "below the CI's lower bound")
+    elif by_total and speedup is not None and speedup.ci_low_pct is not None and speedup.ci_low_pct > speedup.noise_pct:
+        reason = (f"DSpark decode {_fmt_pct(speedup.pct)} by the median of rounds, but {_fmt_pct(total)} by total time "
+                  "(main's summed seconds over the PR's): below the smallest tier")
     if undecided:
         tier = settings.tiers.none_name
         reason = (f"undecided: the {m.stop.reason if m.stop else 'run'} ended after {len(m.speedup_rounds)} rounds over "  # type: ignore[union-attr]
@@ -175,7 +186,7 @@ def decide(m: Measurements, settings: ScoringSettings) -> Verdict:
 
 
 def _speed_gate(gate: str) -> bool:
-    return gate == "ar" or gate.startswith("guard:")
+    return gate in ("ar", "dspark") or gate.startswith("guard:")
 
 
 def not_evaluated_harness_changed(paths: list[str]) -> Verdict:

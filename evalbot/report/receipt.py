@@ -96,6 +96,9 @@ def build_statement(outcome: ScoreOutcome, settings_dump: dict[str, Any]) -> dic
             "candidate_sha": outcome.candidate_sha,
             "candidate_tree": outcome.candidate_tree,
             "engine_digest": outcome.engine_digest,
+            "pr_scoring": outcome.pr_scoring,
+            "tree_scorings": outcome.tree_scorings,
+            "reused_from_head": outcome.reused_from_head,
         },
         "environment": {
             "box": outcome.box,
