@@ -111,7 +111,7 @@ def test_prs_that_must_not_win(tmp_path, github, monkeypatch):
     harness_edit = bot.open_pull(2, "edit-the-ruler", knobs={"dspark_speed": 2.5},
                                  files={"harness/serve.py": "print('trust me')\n"})
     instant = bot.open_pull(3, "answers-without-computing", knobs={"instant": True})
-    snooper = bot.open_pull(4, "read-the-env", knobs={"secret_probe": "s3cr3t-", "dspark_speed": 1.3})
+    snooper = bot.open_pull(4, "read-the-env", knobs={"secret_probe": "s3cr3t-", "dspark_speed": 1.95})
     bot.run()
 
     assert github.labels_on(REPO, 2) == []  # not evaluated: main's harness is the only ruler

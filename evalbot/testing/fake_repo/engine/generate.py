@@ -30,6 +30,7 @@ class Engine:
         self.guard = loaded is not None
         self.config = SimpleNamespace(vocab_size=VOCAB, max_seq_len=1 << 20, eos_ids=())
         self.drafter = None
+        self._vocab = getattr(self.loaded, "vocab_size", VOCAB) if self.guard else VOCAB  # a guard's ids are its own
 
     def generate(self, prompt, n, sampling=None, dspark=False, stop_at_eos=True):
         maybe("generate")
@@ -46,13 +47,11 @@ class Engine:
         ids = [t % VOCAB for t in prompt]
         out = []
         for _ in range(n):
-            out.append(next_token(ids + out, KNOBS["ar_shift"]))
+            out.append(next_token(ids + out, KNOBS["ar_shift"]) % self._vocab)
         if dspark:
             Engine._dspark_count += 1
             if KNOBS["lossy_every"] and Engine._dspark_count % KNOBS["lossy_every"] == 0:
                 out[n // 2] = (out[n // 2] + 1) % VOCAB
-        if self.guard:  # a guard's ids are in its own vocabulary
-            out = [t % getattr(self.loaded, "vocab_size", VOCAB) for t in out]
         if KNOBS["wrong_count"]:
             out = out[:-1]
         if not KNOBS["instant"]:
@@ -73,7 +72,7 @@ class Engine:
 
     def _argmax(self, ids, start):
         ids = [t % VOCAB for t in ids]
-        return [next_token(ids[: start + i], 0) for i in range(len(ids) - start)]
+        return [next_token(ids[: start + i], 0) % self._vocab for i in range(len(ids) - start)]
 
     def teacher_forced(self, ids, start, top_k=0):
         maybe("verify")
