@@ -94,7 +94,7 @@ def cmd_score(args: argparse.Namespace) -> int:
         outcome = pipeline.score_refs(
             repo, base, head, profile=profile, rounds=args.rounds, budget_s=args.budget, settings=settings,
             pr_number=args.pr, harness_ref=args.harness_ref, progress=progress,
-            calibrate_first=not args.no_calibrate,
+            calibrate_first=not args.no_calibrate, rescore=args.rescore,
         )
     published = None
     if forge is not None and args.pr is not None:
@@ -192,6 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
                  "time budget of the measurement (default: the profile's, gpu 600, cpu 180)")
     p.add_argument("--no-calibrate", action="store_true",
                    help="with no noise floor for this box, profile and engine version, use the default floor instead of calibrating first")
+    p.add_argument("--rescore", action="store_true",
+                   help="measure again even if this candidate tree was measured against this main before (the verdict "
+                        "is still the lowest tier over the tree's scorings)")
     p.add_argument("--json", action="store_true", help="print one JSON document (tier, receipt, gates, ...) instead of markdown")
     p.set_defaults(func=cmd_score)
 

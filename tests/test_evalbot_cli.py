@@ -42,6 +42,15 @@ def test_score_json(repo, capsys):
     assert {g["gate"] for g in doc["gates"]} >= {"lossless", "accuracy", "ar", "integrity"}
 
 
+def test_score_twice_reuses_the_measurement_unless_rescore(repo, capsys):
+    argv = ["score", "--repo", str(repo.path), "--no-calibrate", "--base", "main", "--head", "fast", "--json", "--rounds", "4"]
+    first = json.loads(run(capsys, *argv)[1])
+    again = json.loads(run(capsys, *argv)[1])
+    assert again["reused_from_head"] == first["head_sha"] and again["tree_scorings"] == 1 and again["tier"] == first["tier"]
+    remeasured = json.loads(run(capsys, *argv, "--rescore")[1])
+    assert remeasured["reused_from_head"] in ("", first["head_sha"]) and remeasured["tree_scorings"] == 2
+
+
 def test_score_markdown_and_exit_codes(repo, capsys):
     code, out, _ = run(capsys, "score", "--repo", str(repo.path), "--no-calibrate", "--base", "main", "--head", "fast", "--rounds", "4")
     assert code == 0 and out.startswith("<!-- dspark-evalbot:scorecard v=2 head=")
