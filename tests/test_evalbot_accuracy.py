@@ -75,6 +75,7 @@ def test_a_campaign_whose_main_returns_nan_log_probs_stops_with_a_finding_agains
     """The campaign checks main's dump as it arrives: a Failure naming main's process, not an exception."""
     from types import SimpleNamespace
 
+    from evalbot.measure import crosscheck
     from evalbot.measure.campaign import Campaign
     from evalbot.measure.client import Response
     from evalbot.measure.servers import Failure, Process
@@ -98,7 +99,7 @@ def test_a_campaign_whose_main_returns_nan_log_probs_stops_with_a_finding_agains
     c = Campaign(plan=plan, spawn=None, corpora={"prose": list(range(400))}, stop_rule=None)
     c.procs = {"base": [Process("base", 0, handle, Client(bad), 0.0)], "head": [Process("head", 0, handle, Client(good), 0.0)]}
     with pytest.raises(Failure) as e:
-        c._accuracy()
+        crosscheck.accuracy(c)
     f = e.value.finding
     assert f.ref == "base" and f.where == "logprobs (main process 1)"
     assert f.message == "main's log-probs are not usable: 1 NaN and 0 +inf values, the first at position 2"

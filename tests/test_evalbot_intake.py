@@ -16,6 +16,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from evalbot.measure import crosscheck
 from evalbot.measure.campaign import Campaign
 from evalbot.measure.client import Response
 from evalbot.measure.keyed import KeyedStream
@@ -215,7 +216,7 @@ def test_an_honest_pair_runs_through_and_records_numbers():
 # -- accuracy --------------------------------------------------------------------------------------
 
 def test_the_log_prob_cap_and_shape_are_mains_and_a_dump_that_cannot_be_scored_is_the_prs_finding(monkeypatch):
-    import evalbot.measure.campaign as cm
+    import evalbot.measure.crosscheck as cm
 
     n = 4
     seen = {}
@@ -236,7 +237,7 @@ def test_the_log_prob_cap_and_shape_are_mains_and_a_dump_that_cannot_be_scored_i
     c.procs = {"base": [Process("base", 0, Handle(events, "main"), LpClient("base", 8), 0.0)],
                "head": [Process("head", 0, Handle(events, "pr"), LpClient("head", 7), 0.0)]}
     with pytest.raises(Failure) as e:  # the PR announces and dumps 7 columns: main's shape is 8
-        c._accuracy()
+        crosscheck.accuracy(c)
     assert e.value.finding.ref == "head" and "main's is 4 positions x 8 float32" in e.value.finding.message
     assert seen == {"base": 4 * n * 8, "head": 4 * n * 8}
 
@@ -244,7 +245,7 @@ def test_the_log_prob_cap_and_shape_are_mains_and_a_dump_that_cannot_be_scored_i
     c.windows.free.clear()
     monkeypatch.setattr(cm, "summarize_accuracy", lambda *a: (_ for _ in ()).throw(ValueError("kl rows differ")))
     with pytest.raises(Failure) as e:
-        c._accuracy()
+        crosscheck.accuracy(c)
     assert e.value.finding.ref == "head" and "cannot be scored: ValueError: kl rows differ" in e.value.finding.message
 
 

@@ -2,7 +2,8 @@
 
 import pytest
 
-from evalbot.decide.measurements import clock_check, summarize
+from evalbot.decide.clock import clock_check
+from evalbot.decide.measurements import summarize
 from evalbot.decide.records import Reported
 from evalbot.testing import builders as b
 

@@ -224,7 +224,7 @@ def test_a_hanging_pr_times_out_as_its_own_failure(repo):
 
 @pytest.mark.parametrize("knobs, needle", [
     ({"forge_fds": True}, "extra or forged output"),
-    ({"wrong_count": True}, "returned 7 tokens for 8"),
+    ({"wrong_count": True}, "returned 7 tokens where 8 were asked for"),
     ({"instant": True}, "faster than 5x main"),
 ])
 def test_inconsistent_output_is_rejected_with_the_reason(repo, knobs, needle):

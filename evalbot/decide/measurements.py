@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pydantic import BaseModel, Field
 
 from evalbot.decide.accuracy import AccuracySummary
+from evalbot.decide.clock import ClockCheck, clock_check
 from evalbot.decide.integrity import IntegrityReport, check_records, first_divergence
 from evalbot.decide.noise import NoiseFloor
 from evalbot.decide.records import Generation, Records, StopReason
@@ -128,15 +129,6 @@ class RoundSummary(BaseModel):
     ar_ratio: float | None = None  # geomean over cells
 
 
-class ClockCheck(BaseModel):
-    """The processes' own timings held against the bot's clock (per ref: median reported / bot)."""
-
-    pr_reported_over_bot: float | None = None
-    main_reported_over_bot: float | None = None
-    flagged: bool = False  # the PR's own clock disagrees with the bot's beyond main's and the noise
-    detail: str = ""
-
-
 class Measurements(BaseModel):
     profile: str
     rounds: int
@@ -159,6 +151,7 @@ class Measurements(BaseModel):
     verify_tolerance: float = 0.0
     stop: StopReason | None = None
     seed: int = 0
+    corpora: str = ""  # where the windows' texts came from
     sandbox: str = ""
     freezer: str = ""
     wall_s: float = 0.0
@@ -333,30 +326,9 @@ def summarize(records: Records, *, noise: NoiseFloor, integrity: IntegritySettin
         torch=(mn or pr).torch if (mn or pr) else "", triton=(mn or pr).triton if (mn or pr) else "",
         model_sha256=mn.model_sha256 if mn else "", drafter_sha256=pr.drafter_sha256 if pr else "",
         main_drafter_sha256=mn.drafter_sha256 if mn else "", integrity=report,
-        verify_tolerance=verif[0].tolerance if verif else 0.0, stop=records.stop, seed=records.seed,
+        verify_tolerance=verif[0].tolerance if verif else 0.0, stop=records.stop, seed=records.seed, corpora=records.corpora,
         sandbox=records.sandbox, freezer=records.freezer, wall_s=records.wall_s, noise=noise,
     )
-
-
-def clock_check(gens: Sequence[Generation], noise: NoiseFloor) -> ClockCheck:
-    """How the processes' own clocks compare with the bot's: reported (prefill + decode) over the bot's
-    seconds, median per ref. Main's ratio is the honest overhead of the pipes and JSON; a PR whose ratio
-    is lower by more than the noise floor says it is faster than the bot saw it be."""
-    def ratio(ref: str) -> float | None:
-        rs = [(g.reported.prefill_s or 0.0) + (g.reported.decode_s or 0.0) for g in gens if g.ref == ref and g.round >= 0]
-        bs = [g.bot_s for g in gens if g.ref == ref and g.round >= 0]
-        vals = [r / b for r, b in zip(rs, bs) if b > 0 and r > 0]
-        return median(vals) if vals else None
-
-    pr, mn = ratio("head"), ratio("base")
-    check = ClockCheck(pr_reported_over_bot=pr, main_reported_over_bot=mn)
-    if pr is not None and mn is not None:
-        margin = max(2 * noise.dspark_decode, 0.05)
-        if pr < mn * (1 - margin):
-            check.flagged = True
-            check.detail = (f"the PR's process reports {pr:.0%} of the time the bot measured, main's {mn:.0%}: "
-                            "its own clock says it is faster than it was (reported figures are not used)")
-    return check
 
 
 def mean_or_none(values: Sequence[float]) -> float | None:

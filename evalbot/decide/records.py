@@ -116,6 +116,7 @@ class Records(BaseModel):
     wall_s: float = 0.0
     sandbox: str = ""  # e.g. "bubblewrap 0.8.0, uid 65534, no network" or "OFF (--no-sandbox)"
     freezer: str = ""  # "cgroup v2" | "SIGSTOP"
+    corpora: str = ""  # where the windows' texts came from (measure.corpus.Corpora.source)
     guards_unverified: str = ""  # why the PR's guard streams were not (all) teacher-forced by main; "" if they were
 
     def of(self, ref: Ref, *, mode: Mode | None = None, model: str = "main", timed: bool = True) -> list[Generation]:

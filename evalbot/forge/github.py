@@ -19,7 +19,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import random
 import time
@@ -29,13 +28,13 @@ from pathlib import Path
 from typing import TypeVar
 
 import requests
-from github import Auth, Github, GithubException, GithubIntegration, InputGitTreeElement, UnknownObjectException
+from github import Auth, Github, GithubException, GithubIntegration, UnknownObjectException
 
+from evalbot.forge import github_receipts
 from evalbot.forge.base import MergeResult, PullInfo
 from evalbot.forge.github_data import client as _client, error_message as _message, pull_info as _pull_info
 from evalbot.forge.github_labels import label_style, labels_to_change
 from evalbot.forge.github_retry import ForgeRefused, ForgeUnavailable, RetryPolicy, is_rate_limited, retry_delay
-from evalbot.report.render import render
 from evalbot.report.scorecard import SCORECARD_MARKER_PREFIX
 from evalbot.settings.tiers import DEFAULT_TIERS, TierSettings
 
@@ -333,60 +332,8 @@ class GitHubForge:
 
     # -- receipts -------------------------------------------------------------------------------------
     def store_receipt(self, number: int, head_sha: str, receipt_json: str) -> str:
-        """Keep the receipt locally, and on the receipts branch (an orphan branch) when configured.
-
-        Returns the GitHub URL of the file, or the local path when no branch is configured. The file
-        name holds a digest of the receipt, so storing the same receipt twice is a no-op.
-        """
-        digest = hashlib.sha256(receipt_json.encode()).hexdigest()[:16]
-        relative = f"receipts/pr-{number}/{head_sha}-{digest}.json"
-        local = None
-        if self.receipts_dir is not None:
-            local = Path(self.receipts_dir) / relative
-            local.parent.mkdir(parents=True, exist_ok=True)
-            local.write_text(receipt_json)
-        if not self.receipts_branch:
-            return str(local) if local else ""
-        self._ensure_receipts_branch()
-
-        def put() -> None:
-            try:
-                self.repo.create_file(relative, f"receipt for #{number} at {head_sha[:12]}", receipt_json, branch=self.receipts_branch)
-            except GithubException as exc:
-                if exc.status != 422:  # 422: this very receipt is already there
-                    raise
-
-        self._call(f"store receipt for #{number}", put)
-        return f"{self.html_base_url}/{self.repo_name}/blob/{self.receipts_branch}/{relative}"
-
-    def _ensure_receipts_branch(self) -> None:
-        ref = f"heads/{self.receipts_branch}"
-
-        def exists() -> bool:
-            try:
-                self.repo.get_git_ref(ref).object  # the ref is lazy: reading it makes the request
-                return True
-            except UnknownObjectException:
-                return False
-            except GithubException as exc:
-                if exc.status == 404:
-                    return False
-                raise
-
-        if self._call("find receipts branch", exists):
-            return
-        readme = render("gh_receipts_readme.md.j2", templates=self.templates, repo=self.repo_name)
-
-        def create() -> None:
-            tree = self.repo.create_git_tree([InputGitTreeElement("README.md", "100644", "blob", content=readme)])
-            commit = self.repo.create_git_commit("Receipts of the DSpark eval bot", tree, [])
-            try:
-                self.repo.create_git_ref(f"refs/{ref}", commit.sha)
-            except GithubException as exc:
-                if exc.status != 422:  # 422: another worker created it meanwhile
-                    raise
-
-        self._call("create receipts branch", create)
+        """Keep the receipt locally, and on the receipts branch when configured (forge/github_receipts.py)."""
+        return github_receipts.store_receipt(self, number, head_sha, receipt_json)
 
 
 __all__ = ["GitHubForge", "labels_to_change", "label_style", "sticky_search_key"]

@@ -24,23 +24,19 @@ errors. Every secret draw (windows, guard prompts) comes from a keyed cryptograp
 
 from __future__ import annotations
 
-import math
 import secrets
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
-
-from evalbot.decide.accuracy import main_non_finite, summarize_accuracy
-from evalbot.decide.records import (Finding, Generation, ProcessInfo, Records, Ref, Reported, StopReason, Verification,
-                                    WindowRef)
+from evalbot.decide.records import Finding, Generation, ProcessInfo, Records, Ref, StopReason, WindowRef
+from evalbot.measure import crosscheck, intake
 from evalbot.measure.client import ProtocolViolation, Response
-from evalbot.measure.plan import Cell, GuardPlan, Plan, budget_spent
-from evalbot.measure.servers import Failure, Process, Spawner, failure, start_servers
 from evalbot.measure.device import cpu_cores
 from evalbot.measure.keyed import KeyedStream
+from evalbot.measure.plan import Cell, GuardPlan, Plan, budget_spent
+from evalbot.measure.servers import Failure, Process, Spawner, failure, start_servers
 from evalbot.measure.windows import CorpusExhausted, Window, WindowAllocator
 
 
@@ -81,7 +77,7 @@ class Campaign:
             self._start_all()
             self._load_guards()
             self._warm_up()
-            self._accuracy()
+            crosscheck.accuracy(self)
             self._rounds(t0)
             self._check_quiet()
         except Failure as f:
@@ -110,9 +106,9 @@ class Campaign:
         for p in self._all():
             info = p.client.info
             self.records.processes.append(ProcessInfo(
-                ref=p.ref, index=p.index, startup_s=p.startup_s, model_sha256=_text(info.get("model_sha256")),
-                drafter_sha256=_text(info.get("drafter_sha256")), device=_text(info.get("device")),
-                torch=_text(info.get("torch")), triton=_text(info.get("triton")),
+                ref=p.ref, index=p.index, startup_s=p.startup_s, model_sha256=intake.text(info.get("model_sha256")),
+                drafter_sha256=intake.text(info.get("drafter_sha256")), device=intake.text(info.get("device")),
+                torch=intake.text(info.get("torch")), triton=intake.text(info.get("triton")),
                 block_size=info.get("block_size") or 0, sandboxed="OFF" not in self.sandbox))
 
     def _check_ready(self) -> None:
@@ -121,19 +117,16 @@ class Campaign:
         choose the range of the bot's own draws and the size of what it reads)."""
         ref_info: dict = {}
         for p in self._all():
-            info = p.client.info
-            bs = info.get("block_size") or 0
-            if not _is_int(bs) or not 0 <= bs <= MAX_BLOCK:
-                raise self._fail(p, f"start-up ({p.label})", f"the ready answer's block_size {_short(bs)} is not an integer in [0, {MAX_BLOCK}]")
-            shape = {k: info.get(k) for k in SHAPE_FIELDS}
-            if not _is_int(shape["vocab_size"]) or not 2 <= shape["vocab_size"] <= MAX_VOCAB:
-                raise self._fail(p, f"start-up ({p.label})", f"the ready answer's vocab_size {_short(shape['vocab_size'])} is not an integer in [2, {MAX_VOCAB}]")
+            try:
+                shape = intake.ready_shape(p.client.info)
+            except ProtocolViolation as e:
+                raise self._fail(p, f"start-up ({p.label})", str(e)) from None
             if not ref_info:
                 ref_info = shape  # the first of main's processes (_all() lists main's first)
             elif shape != ref_info:
-                diff = next(k for k in SHAPE_FIELDS if shape[k] != ref_info[k])
-                raise self._fail(p, f"start-up ({p.label})", f"its ready answer announces {diff} {_short(shape[diff])}, "
-                                 f"main's process 1 {_short(ref_info[diff])}: the bot checks every answer against main's")
+                diff = next(k for k in intake.SHAPE_FIELDS if shape[k] != ref_info[k])
+                raise self._fail(p, f"start-up ({p.label})", f"its ready answer announces {diff} {intake.short(shape[diff])}, "
+                                 f"main's process 1 {intake.short(ref_info[diff])}: the bot checks every answer against main's")
         self.vocab = int(ref_info["vocab_size"])
 
     def _all(self) -> list[Process]:
@@ -190,7 +183,7 @@ class Campaign:
         r = self._ask(proc, {"op": "generate", "mode": mode, "model": model, "prompt": ids, "new_tokens": new_tokens},
                       "generation")
         try:
-            tokens, rep = self._intake(proc, r.head, new_tokens, self._vocab_of(model))
+            tokens, rep = intake.generation(r.head, new_tokens, self._vocab_of(model), "main" if proc.ref == "base" else "the PR")
         except ProtocolViolation as e:
             raise self._fail(proc, f"generate ({proc.label})", str(e)) from None
         self.seq += 1
@@ -204,34 +197,6 @@ class Campaign:
     def _vocab_of(self, model: str) -> int:
         return self.vocab if model == "main" else self.guard_vocab[model[len("guard:"):]]
 
-    def _intake(self, proc: Process, h: dict, new_tokens: int, vocab: int) -> tuple[list[int], Reported]:
-        """A generation answer checked against what was asked and main's shapes; ProtocolViolation if off."""
-        tokens = h.get("tokens")
-        if not isinstance(tokens, list) or not all(_is_int(t) for t in tokens):
-            raise ProtocolViolation("the generation carries no list of token ids")
-        if len(tokens) != new_tokens:
-            raise ProtocolViolation(f"{_who(proc)}'s process returned {len(tokens)} tokens where {new_tokens} were asked for")
-        bad = next((t for t in tokens if not 0 <= t < vocab), None)
-        if bad is not None:
-            raise ProtocolViolation(f"the generation carries token id {_short(bad)}, outside main's vocabulary of {vocab}")
-        stats = h.get("stats", {})
-        if not isinstance(stats, dict):
-            raise ProtocolViolation("the generation's stats are not an object")
-        hist = stats.get("accept_hist", [])
-        if not isinstance(hist, list) or len(hist) > MAX_HIST or not all(_is_int(x) and 0 <= x <= MAX_COUNT for x in hist):
-            raise ProtocolViolation(f"the generation's accept_hist is not a list of at most {MAX_HIST} counts")
-        nums = {}
-        for name, v, hi in (("prefill_s", h.get("prefill_s"), MAX_SECONDS), ("decode_s", h.get("decode_s"), MAX_SECONDS),
-                            ("tau", stats.get("tau"), MAX_COUNT)):
-            if v is None:
-                nums[name] = None
-                continue
-            if not _is_num(v) or (isinstance(v, float) and not math.isfinite(v)) or not 0 <= v <= hi:
-                raise ProtocolViolation(f"the generation reports {name} = {_short(v)}, not a finite number in [0, {hi:g}]")
-            nums[name] = float(v)
-        return list(tokens), Reported(prefill_s=nums["prefill_s"], decode_s=nums["decode_s"], tau=nums["tau"],
-                                      accept_hist=list(hist))
-
     # -- phases --------------------------------------------------------------------------------
     def _load_guards(self) -> None:
         """Each guard's vocabulary is main's processes' answer (main's harness builds the guard from its
@@ -242,8 +207,8 @@ class Campaign:
                 r = self._ask(p, {"op": "load_guard", "name": g.name, "max_seq_len": g.ctx + g.new_tokens + 64}, "guard",
                               timeout=self.plan.startup_timeout_s)
                 vocab = r.head.get("vocab_size")
-                if not _is_int(vocab) or not 2 <= vocab <= MAX_VOCAB:
-                    raise self._fail(p, f"load_guard ({p.label})", f"the guard answer's vocab_size {_short(vocab)} is not an integer in [2, {MAX_VOCAB}]")
+                if not intake.is_int(vocab) or not 2 <= vocab <= intake.MAX_VOCAB:
+                    raise self._fail(p, f"load_guard ({p.label})", f"the guard answer's vocab_size {intake.short(vocab)} is not an integer in [2, {intake.MAX_VOCAB}]")
                 known = self.guard_vocab.setdefault(g.name, vocab)
                 if vocab != known:
                     raise self._fail(p, f"load_guard ({p.label})", f"it announces guard {g.name} with a vocabulary of "
@@ -283,10 +248,7 @@ class Campaign:
                     for cell, mode, w, n, model in work:
                         r = p.client.request({"op": "generate", "mode": mode, "model": model, "prompt": list(w.ids),
                                               "new_tokens": n}, expect="generation", timeout=self.plan.startup_timeout_s)
-                        if not isinstance(r.head.get("tokens"), list) or len(r.head["tokens"]) != n:
-                            got = len(r.head["tokens"]) if isinstance(r.head.get("tokens"), list) else "no list of"
-                            raise ProtocolViolation(f"a warm-up generation returned {got} tokens for {n}")
-                        self._intake(p, r.head, n, self._vocab_of(model))
+                        intake.generation(r.head, n, self._vocab_of(model), "main" if p.ref == "base" else "the PR")
                 except ProtocolViolation as e:
                     errors.append(self._fail(p, f"warm-up ({p.label})", str(e)))
                 finally:
@@ -319,38 +281,6 @@ class Campaign:
             return self.windows.take(cell.corpus, cell.ctx, viewers)
         except CorpusExhausted as e:
             raise Failure(Finding(ref=None, where="windows", message=str(e))) from None
-
-    def _accuracy(self) -> None:
-        if not self.plan.accuracy or not self.plan.accuracy_positions:
-            return
-        self.progress("accuracy: both refs' log-probs over the full vocabulary")
-        n = self.plan.accuracy_positions
-        main_rows, pr_rows, targets = [], [], []
-        pair = (self.procs["base"][0], self.procs["head"][0])
-        for cell in self.plan.accuracy:
-            w = self._take(cell, [p.label for p in pair])
-            start = cell.ctx - n
-            rows = {}
-            vocab = self.vocab or int(pair[0].client.info.get("vocab_size") or 0)  # main's, for both
-            for p in pair:
-                r = self._ask(p, {"op": "logprobs", "prompt": list(w.ids), "start": start}, "logprobs",
-                              max_payload=4 * n * max(vocab, 1))
-                if r.head.get("positions") != n or r.head.get("dtype") != "float32" or len(r.payload) != 4 * n * vocab:
-                    raise self._fail(p, f"logprobs ({p.label})", f"the log-prob dump has the wrong shape (main's is "
-                                     f"{n} positions x {vocab} float32)")
-                rows[p.ref] = np.frombuffer(r.payload, dtype=np.float32).reshape(n, vocab)
-                bad = main_non_finite(rows[p.ref]) if p.ref == "base" else None
-                if bad is not None:  # main's engine is the reference: no accuracy can be computed against it
-                    raise self._fail(p, f"logprobs ({p.label})", f"main's log-probs are not usable: {bad}")
-            main_rows.append(rows["base"])
-            pr_rows.append(rows["head"])
-            targets += list(w.ids[start:])
-        try:
-            summary = summarize_accuracy(np.concatenate(main_rows), np.concatenate(pr_rows), targets)
-        except Exception as e:  # noqa: BLE001 - main's rows are checked above: what fails is the PR's dump
-            raise self._fail(pair[1], f"logprobs ({pair[1].label})",
-                             f"the PR's log-prob dump cannot be scored: {type(e).__name__}: {str(e)[:300]}") from None
-        self.records.accuracy = summary.model_dump(mode="json")
 
     def _pairings(self) -> list[tuple[int, int]]:
         P = self.plan.processes
@@ -392,7 +322,7 @@ class Campaign:
                     k += 1
                     for p in (first, second):
                         self._generate(p, rnd, pi, Cell(w.corpus, g.ctx), "ar", w, n_new, model=f"guard:{g.name}")
-            self._verify_round(rnd)
+            crosscheck.round_streams(self, rnd)  # main's process re-checks the round's streams
             rnd += 1
             round_s.append(time.monotonic() - ts)
 
@@ -409,95 +339,9 @@ class Campaign:
                 return ("budget", why)
         return None
 
-    def _verify_round(self, rnd: int) -> None:
-        """Main's engine re-checks, in main's process, every DSpark stream of the round (both refs) and the
-        PR's greedy AR streams (an AR answer is held to being main's greedy continuation too: junk
-        returned fast would otherwise pass the AR floor)."""
-        verifier = self.procs["base"][0]
-        for g in [x for x in self.records.generations if x.round == rnd and x.model == "main"
-                  and (x.mode == "dspark" or (x.mode == "ar" and x.ref == "head"))]:
-            ids = self._window_ids(g)
-            r = self._ask(verifier, {"op": "verify", "prompt": ids, "tokens": g.tokens}, "verify")
-            argmax, gap = r.head.get("argmax"), r.head.get("gap")
-            if not (isinstance(argmax, list) and isinstance(gap, list) and len(argmax) == len(gap) == len(g.tokens)
-                    and all(_is_int(a) for a in argmax) and all(_is_num(d) for d in gap)):
-                raise self._fail(verifier, "verify", "main's verifier answered a malformed result")
-            self._record_verification(g, rnd, argmax, gap)
-        self._verify_guards(rnd)
-
-    def _record_verification(self, g: Generation, rnd: int, argmax: list, gap: list) -> None:
-        tol = self.plan.verify_tolerance
-        mism = [i for i, (t, a, d) in enumerate(zip(g.tokens, argmax, gap)) if t != a and float(d) > tol]
-        ties = [i for i, (t, a, d) in enumerate(zip(g.tokens, argmax, gap)) if t != a and float(d) <= tol]
-        self.records.verifications.append(Verification(
-            ref=g.ref, process=g.process, round=rnd, mode=g.mode, model=g.model, corpus=g.corpus, ctx=g.ctx,
-            window_sha256=g.window.sha256, tokens=len(g.tokens), mismatches=mism, near_ties=ties,
-            worst_gap=max((float(d) for t, a, d in zip(g.tokens, argmax, gap) if t != a), default=0.0),
-            tolerance=tol))
-
-    def _verify_guards(self, rnd: int) -> None:
-        """Main's process teacher-forces the PR's guard streams with its own copy of each guard (the same
-        seeded weights): a guard answered with junk would otherwise pass the guard floors. Where main's
-        harness cannot (an older one) or its engine fails at it, the streams stay unverified and the
-        scorecard says why; that is main's limit, never the PR's finding."""
-        if self.records.guards_unverified:
-            return
-        verifier = self.procs["base"][0]
-        if verifier.client.info.get("verify_models") is not True:
-            self.records.guards_unverified = "main's harness does not teacher-force guard models (verify_models)"
-            return
-        for g in [x for x in self.records.generations if x.round == rnd and x.ref == "head" and x.model != "main"]:
-            try:
-                r = self._ask(verifier, {"op": "verify", "model": g.model, "prompt": list(self.guard_prompts[g.window.sha256]),
-                                         "tokens": g.tokens}, "verify")
-            except Failure as e:
-                if e.finding.ref != "base":
-                    raise
-                self.records.guards_unverified = f"main's process could not teacher-force {g.model}: {e.finding.message}"[:300]
-                return
-            argmax, gap = r.head.get("argmax"), r.head.get("gap")
-            if not (isinstance(argmax, list) and isinstance(gap, list) and len(argmax) == len(gap) == len(g.tokens)
-                    and all(_is_int(a) for a in argmax) and all(_is_num(d) for d in gap)):
-                raise self._fail(verifier, "verify", "main's verifier answered a malformed result")
-            self._record_verification(g, rnd, argmax, gap)
-
-    def _window_ids(self, g: Generation) -> list[int]:
-        ids = self.corpora[g.window.corpus]
-        return list(ids[g.window.offset : g.window.offset + g.window.length])
-
     def _check_quiet(self) -> None:
         """Nothing may be left unread on a protocol channel: output nobody asked for is forged."""
         for p in self._all():
             extra = p.client.unread()
             if extra:
                 raise self._fail(p, p.label, f"{extra} bytes of output nobody asked for")
-
-
-# Bounds of what an answer may carry (anything outside is a broken contract, never a number to keep).
-SHAPE_FIELDS = ("vocab_size", "eos_ids")  # ready fields every process must announce as main's do
-MAX_VOCAB = 1 << 24
-MAX_BLOCK = 4096
-MAX_HIST = 4096
-MAX_COUNT = 1 << 31
-MAX_SECONDS = 1e6
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_num(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def _who(proc: Process) -> str:
-    return "main" if proc.ref == "base" else "the PR"
-
-
-def _short(v) -> str:
-    t = repr(v)
-    return t if len(t) <= 40 else t[:37] + "..."
-
-
-def _text(v) -> str:
-    return str(v if v is not None else "")[:200]

@@ -79,7 +79,7 @@ def run_campaign(repo: Path, pinned: PinnedHarness, shas: Mapping[Ref, str], set
     if rounds is not None:
         plan = replace(plan, min_rounds=rounds, max_rounds=rounds)
     model = model_path(settings)
-    corpora = load_corpora(repo, pinned.harness_sha, prof.corpora, model)
+    corpora = load_corpora(repo, pinned.harness_sha, prof.corpora, model, settings.corpora_dir)
     env = scrub_env(os.environ if environ is None else environ, settings.env)
     python = settings.harness.python or sys.executable
     check_sandbox(settings.sandbox)  # one line naming what to install, before anything is exported
@@ -106,9 +106,10 @@ def run_campaign(repo: Path, pinned: PinnedHarness, shas: Mapping[Ref, str], set
             return handle, ServerClient(handle.stdin, handle.stdout, label, nonce)
 
         campaign = Campaign(
-            plan, spawn, corpora,
+            plan, spawn, corpora.ids,
             stop_rule=lambda rec: _stop(summarize(rec, noise=noise, integrity=settings.integrity), settings),
             progress=(progress.step if progress is not None else (lambda msg: None)),
             contention=GpuContention.for_box() if gpu else None, aa=aa,
         )
+        campaign.records.corpora = corpora.source
         return campaign.run()

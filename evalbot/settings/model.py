@@ -121,7 +121,7 @@ class Settings(ScoringSettings):
     github_app_private_key_path: str = ""
     github_installation_id: str = ""
     github_throttle: bool = True  # PyGithub's pause between requests and writes (GitHub asks for it)
-    bot_login: str = ""  # the bot's own login, e.g. dspark-evalbot[bot]; narrows the sticky-comment search
+    bot_login: str = ""  # the bot's own login, e.g. dspark-evalbot[bot]; unset: asked of GitHub (the sticky is only its own)
     state_dir: Path = Path(".evalbot")
     redis_url: str = Field(default="", repr=False, exclude=True)  # set: queue, ledger, dedupe in Redis (many boxes)
     automerge: bool = False  # the default until a maintainer says /automerge on|off
@@ -139,6 +139,9 @@ class Settings(ScoringSettings):
     max_attempts: int = 3
     worker_threads: int = 2
     checkout_dir: Path = Path(".")  # this box's clone of the repository (remote `remote`, normally GitHub)
+    # private texts <name>.txt the windows are cut from, outside the repository; None: main's harness/prompts
+    # (public: contributors can tune on them; fine for the demo and CI, not for a paid-speedup bot)
+    corpora_dir: Path | None = None
     # factories "module:function" taking Settings and returning the scorer / the publisher
     scorer: str = "evalbot.bot.worker.scoring:pipeline_scorer"
     publisher: str = "evalbot.bot.worker.scoring:pipeline_publisher"
