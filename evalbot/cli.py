@@ -250,6 +250,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     v.add_argument("file", metavar="FILE", help="the receipt (.intoto.json)")
     v.add_argument("--key", required=True, metavar="PUB", help="the trusted public key (PEM), e.g. FILE.pub from keygen")
+    v.add_argument("--expect-head", metavar="SHA", help="fail unless the receipt is for this head SHA (a replayed receipt of another head is signed too)")
+    v.add_argument("--expect-repo", metavar="REPO", help="fail unless the receipt is for this repository (as the receipt names it)")
+    v.add_argument("--expect-pr", type=int, metavar="N", help="fail unless the receipt is for PR N")
     v.set_defaults(func=cmd_receipt_verify)
     s = rsub.add_parser("show", help="print a receipt readably: statement, verdict, gates, rounds, raw figures, runs",
                         description="Decode FILE (not verify it: see `evalbot receipt verify`) and print what it records.")

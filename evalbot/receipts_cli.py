@@ -7,9 +7,14 @@ import argparse
 import sys
 from pathlib import Path
 
+from evalbot.errors import EvalbotError
 from evalbot.report import receipt, receipt_view
 
 EXIT_OK = 0
+
+
+class ReceiptMismatch(EvalbotError):
+    """An intact, signed receipt about something else than what the caller expects."""
 
 
 def cmd_keygen(args: argparse.Namespace) -> int:
@@ -26,6 +31,12 @@ def cmd_receipt_verify(args: argparse.Namespace) -> int:
     pred = statement["predicate"]
     verdict = pred.get("verdict", {})
     code = pred.get("code", {})
+    # A signature says the bot wrote it, not that it is about this PR: a receipt of another head, PR or
+    # repository is a genuine receipt replayed. Checked only where asked (--expect-*).
+    for what, want, got in (("head", args.expect_head, code.get("head_sha")), ("repository", args.expect_repo, code.get("repo")),
+                            ("PR", args.expect_pr, code.get("pr"))):
+        if want is not None and str(want) != str(got):
+            raise ReceiptMismatch(f"{args.file} is signed, but for {what} {got!s:.60}, not {want!s:.60}")
     keyid = receipt.keyid_for(receipt.load_public_key(Path(args.key)))
     print(f"OK: {args.file} is intact and signed by keyid {keyid[:16]}…")
     print(

@@ -120,6 +120,12 @@ def test_keygen_and_receipt_verify(repo, tmp_path, capsys, monkeypatch):
     run(capsys, "keygen", "--out", str(other))
     code, _, err = run(capsys, "receipt", "verify", doc["receipt"], "--key", f"{other}.pub")
     assert code == 2 and "no signature by this key" in err
+    code, out, _ = run(capsys, "receipt", "verify", doc["receipt"], "--key", f"{key}.pub", "--expect-head", doc["head_sha"])
+    assert code == 0 and out.startswith("OK:")
+    code, _, err = run(capsys, "receipt", "verify", doc["receipt"], "--key", f"{key}.pub", "--expect-head", "f" * 40)
+    assert code == 2 and f"is signed, but for head {doc['head_sha']}, not {'f' * 40}" in err and len(err.strip().splitlines()) == 1
+    code, _, err = run(capsys, "receipt", "verify", doc["receipt"], "--key", f"{key}.pub", "--expect-pr", "7")
+    assert code == 2 and "is signed, but for PR None, not 7" in err
 
 
 def test_local_pr_flow_and_status(repo, capsys):
