@@ -547,3 +547,50 @@ def test_a_force_push_back_to_a_superseded_head_scores_it(rig):
     rig.run()
     assert rig.ledger.get(rig.job(1, head=a).key).state == DONE
     assert sorted(rig.gh.labels_on(REPO, 1)) == ["eval-dspark:M", "eval:M"]
+
+
+def test_a_push_while_a_head_is_scored_stops_that_scoring_at_its_next_step(rig):
+    """A contributor pushing again and again must not keep the box on verdicts that publish would refuse:
+    once the new head's job is queued and GitHub confirms the move, the old scoring stops (its check run
+    says superseded) and the new head is scored."""
+    pull = rig.pull(1)
+    old = rig.job(1)
+    assert rig.queue.submit_score(old)
+    steps = []
+
+    def pushed_mid_score(j, progress):
+        if j.head_sha != old.head_sha:
+            return fake_outcome(j, "S", 0.05)
+        progress("round 1")
+        steps.append(1)
+        pull.head_sha = fake_sha("pushed")  # the push lands, the webhook queues the new head
+        rig.queue.submit_score(ScoreJob(repo=REPO, pr_number=1, head_sha=pull.head_sha, base_sha=old.base_sha,
+                                        reason="synchronize"))
+        progress("round 2")
+        steps.append(2)
+        raise AssertionError("the scoring went on after the PR moved")
+
+    rig.worker.scorer = pushed_mid_score
+    rig.run()
+    record = rig.ledger.get(old.key)
+    assert steps == [1] and record.state == SUPERSEDED and "moved to" in record.note
+    (stopped,) = rig.gh.check_runs_for(REPO, old.head_sha)
+    assert stopped["status"] == "completed" and stopped["conclusion"] != "success"
+    assert sorted(rig.gh.labels_on(REPO, 1)) == ["eval-dspark:S", "eval:S"]  # the new head's verdict
+
+
+def test_a_scoring_goes_on_when_nothing_newer_is_queued_or_github_does_not_answer(rig):
+    rig.pull(1)
+    job = rig.job(1)
+    assert rig.queue.submit_score(job)
+
+    def many_steps(j, progress):
+        for i in range(5):
+            progress(f"round {i + 1}")
+        return fake_outcome(j)
+
+    rig.worker.scorer = many_steps
+    asked = rig.gh.count("GET", r"^/repos/octo/dspark/pulls/1$")
+    rig.run()
+    assert rig.ledger.get(job.key).state == DONE
+    assert rig.gh.count("GET", r"^/repos/octo/dspark/pulls/1$") - asked <= 3  # no extra request per step

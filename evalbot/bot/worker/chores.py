@@ -22,7 +22,7 @@ from evalbot.bot.jobs.model import (
     SetAutomerge,
 )
 from evalbot.bot.webhook.routing import merge_group_pull
-from evalbot.bot.worker import approval
+from evalbot.bot.worker import approval, tier_labels
 from evalbot.bot.worker.rounds import mark_stale_and_requeue
 from evalbot.forge.base import CHECK_NAME, Forge
 from evalbot.report.check_run import AWAITING_APPROVAL_CONCLUSION, check_conclusion
@@ -46,13 +46,13 @@ def run_chore(worker: Worker, chore: Chore) -> str:
         if record is None or record.state != QUEUED:
             return "no announcement needed"
         forge = worker.forge_for(record.repo)
-        worker.clear_stale_labels(forge, record)
+        tier_labels.clear_stale(worker, forge, record)
         if record.check_id:
             return "no announcement needed"
         worker.start_check(forge, record)
         return "announced"
     if isinstance(chore, Republish):
-        return worker.republish(chore.job_key)
+        return tier_labels.republish(worker, chore.job_key)
     if isinstance(chore, Reply):
         if chore.rate_key and not worker.ledger.claim_rate(chore.rate_key, worker.clock(), worker.settings.refusal_window_seconds):
             return f"not replied: {chore.rate_key} already had a reply in this window"

@@ -24,6 +24,12 @@ class ScoringInterrupted(KeyboardInterrupt):
     """The worker is stopping: unwind the scoring (a BaseException, so `except Exception` lets it pass)."""
 
 
+class ScoringSuperseded(KeyboardInterrupt):
+    """The PR moved on while its head was being scored (a push queued the new head): the scoring stops at
+    its next progress step instead of spending the box on a verdict that would never be published. A
+    BaseException, as ScoringInterrupted, so the measurement's `finally` blocks still run."""
+
+
 class ScoringGuard:
     """Knows which thread is inside a scorer call, and interrupts it on request."""
 

@@ -21,13 +21,14 @@ from evalbot.bot.jobs.freshness import judge_freshness
 from evalbot.bot.jobs.ledger import DONE, FAILED, QUEUED, SCORED, SUPERSEDED, JobRecord, UndecodableOutcome
 from evalbot.bot.jobs.model import Chore
 from evalbot.bot.jobs.queue import JobQueue
-from evalbot.bot.worker import approval, chores, rounds
+from evalbot.bot.worker import approval, chores, rounds, tier_labels
+from evalbot.bot.worker.headwatch import head_watch
 from evalbot.bot.worker.heartbeat import Heartbeat
-from evalbot.bot.worker.interrupt import ScoringGuard, ScoringInterrupted
+from evalbot.bot.worker.interrupt import ScoringGuard, ScoringInterrupted, ScoringSuperseded
 from evalbot.bot.worker.progress import CheckRunProgress
 from evalbot.bot.worker.scoring import Publisher, Scorer
 from evalbot.decide.outcome import ScoreOutcome
-from evalbot.forge.base import CHECK_NAME, Forge, PullInfo
+from evalbot.forge.base import CHECK_NAME, Forge
 from evalbot.forge.github_retry import ForgeUnavailable
 from evalbot.history.adapter import history_entry, record_scoring
 from evalbot.history.store import HistoryStore, recorded
@@ -108,16 +109,13 @@ class Worker:
         except Exception as exc:
             return self._infra_failure(record, forge, exc)
         if not freshness.run:
-            self.ledger.finish(record.key, SUPERSEDED, self.clock(), freshness.why, worker_id=self.worker_id)
-            record.check_id = record.check_id or self.ending_check_id(record.key)
-            self._close_check(forge, record, SUPERSEDED_CONCLUSION, self.render("gh_check_title_superseded.txt.j2"),
-                              self.render("gh_check_superseded.md.j2", why=freshness.why))
+            self._supersede(forge, record, freshness.why)
             if freshness.replacement is not None:
                 self.queue.submit_score(freshness.replacement)
             return f"superseded: {freshness.why}"
         if approval.needs_approval(self, pull):
             return approval.hold(self, forge, record, pull)
-        self.clear_stale_labels(forge, record, pull)
+        tier_labels.clear_stale(self, forge, record, pull)
 
         started_check = record.check_id or self.start_check(forge, record)
 
@@ -135,12 +133,22 @@ class Worker:
                 )
 
         progress = CheckRunProgress(show_progress, self.settings.progress_seconds, self.clock)
+        moved = head_watch(self.ledger, forge, record, self.clock)
+
+        def step(line: str) -> None:  # the scorer's progress; where a push while scoring ends the scoring
+            if (why := moved()) is not None:
+                raise ScoringSuperseded(why)
+            progress(line)
+
         started = time.monotonic()
         try:
             progress("preparing worktrees")
-            outcome = self.guard.run(lambda: self.scorer(job, progress))
+            outcome = self.guard.run(lambda: self.scorer(job, step))
             if not isinstance(outcome, ScoreOutcome):  # an infrastructure error, not a verdict
                 raise TypeError(f"the scorer returned a {type(outcome).__name__}, not a ScoreOutcome")
+        except ScoringSuperseded as exc:
+            self._supersede(forge, record, str(exc), check_id())
+            return f"superseded while scoring: {exc}"
         except ScoringInterrupted:
             return self._interrupted(record, forge, check_id())
         except Exception as exc:
@@ -154,6 +162,12 @@ class Worker:
         self.publish_recorded(record.key)
         self.decide_round(record.repo, record.base_sha)
         return "scored"
+
+    def _supersede(self, forge: Forge, record: JobRecord, why: str, check_id: str = "") -> None:
+        self.ledger.finish(record.key, SUPERSEDED, self.clock(), why, worker_id=self.worker_id)
+        record.check_id = check_id or record.check_id or self.ending_check_id(record.key)
+        self._close_check(forge, record, SUPERSEDED_CONCLUSION, self.render("gh_check_title_superseded.txt.j2"),
+                          self.render("gh_check_superseded.md.j2", why=why))
 
     def _profile(self) -> str:
         return self.settings.profile or "default"
@@ -239,50 +253,13 @@ class Worker:
                 self.queue.enqueue_key(record.key, delay=self.settings.infra_retry_seconds)
             return f"retrying: {error}"
         self.ledger.finish(record.key, FAILED, now, error, worker_id=self.worker_id)
-        self.clear_tier_labels(forge, record, "no verdict: infrastructure failure")
+        tier_labels.clear(self, forge, record, "no verdict: infrastructure failure")
         latest = self.ledger.get(record.key) or record
         if check_id and not latest.check_id:
             latest.check_id = check_id
         self._close_check(forge, latest, INFRA_CONCLUSION, self.render("gh_check_title_infra.txt.j2"),
                           self.render("gh_check_infra_error.md.j2", attempts=record.attempts, error=error))
         return f"failed: {error}"
-
-    # -- tier labels describe the PR's current head, or are not there ------------------------------------
-    def clear_tier_labels(self, forge: Forge, record: JobRecord, why: str, pull: PullInfo | None = None) -> bool:
-        """Remove the PR's tier labels while `record`'s head is its current head (a label left from another
-        head, or from before an infrastructure failure, must not stand). Never costs the job."""
-        try:
-            pull = pull or forge.get_pull(record.pr_number)
-            if pull.head_sha != record.head_sha or not any(self.settings.tiers.is_tier_label(x) for x in pull.labels):
-                return False
-            forge.replace_labels(record.pr_number, self.settings.tiers.label_prefixes, [])
-        except Exception as exc:  # noqa: BLE001 - the next publication replaces them anyway
-            log.warning("could not remove the tier labels of #%d (%s): %s", record.pr_number, why, exc)
-            return False
-        log.info("#%d: tier labels removed (%s)", record.pr_number, why)
-        return True
-
-    def clear_stale_labels(self, forge: Forge, record: JobRecord, pull: PullInfo | None = None) -> bool:
-        """A new head was queued (a push): the labels of the head before it go now, not when it is scored."""
-        if record.reason != "synchronize":
-            return False
-        return self.clear_tier_labels(forge, record, f"new head {record.head_sha[:12]} queued", pull)
-
-    def republish(self, key: str) -> str:
-        """The PR is back at a head whose job is done (a force-push back): publish its kept verdict again."""
-        record = self.ledger.get(key)
-        if record is None or record.state != DONE or not record.outcome:
-            return "nothing to re-publish"
-        try:
-            outcome = record.load_outcome()
-        except UndecodableOutcome as exc:
-            log.error("%s", exc)
-            return "not re-published: the kept verdict does not decode"
-        forge = self.forge_for(record.repo)
-        if forge.get_pull(record.pr_number).head_sha != record.head_sha:
-            return "not re-published: the PR moved on"
-        self.publisher(outcome, forge, record.pr_number, None)
-        return f"re-published the verdict of {record.head_sha[:12]}"
 
     # -- publication (also retried by the sweeper) ---------------------------------------------------------
     def publish_recorded(self, key: str) -> bool:
