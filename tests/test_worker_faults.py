@@ -265,3 +265,18 @@ def test_a_published_verdict_that_is_not_a_score_does_not_pass_a_required_check(
     (run,) = rig.gh.check_runs_for(REPO, pull.head_sha)
     assert run["conclusion"] == check_conclusion(verdict.status) and run["conclusion"] not in PASSING
     assert run["details_url"].startswith("https://evalbot.example.org/dashboard/pr/1")
+
+
+def test_the_worker_checks_private_corpora_and_warns_when_they_are_the_public_ones(tmp_path):
+    from evalbot.bot.worker.preflight import _corpora, worker_warnings
+    from evalbot.settings import load_settings
+
+    public = load_settings(environ={}, repo="octo/dspark", state_dir=tmp_path / "s")
+    assert _corpora(public) == [] and "EVALBOT_CORPORA_DIR is unset" in worker_warnings(public)[0]
+    private = tmp_path / "corpora"
+    private.mkdir()
+    (private / "code.txt").write_text("x")
+    s = load_settings(environ={}, repo="octo/dspark", state_dir=tmp_path / "s", corpora_dir=private)
+    assert _corpora(s) == [f"EVALBOT_CORPORA_DIR: {str(private)!r} lacks prose.txt"] and worker_warnings(s) == []
+    (private / "prose.txt").write_text("y")
+    assert _corpora(s) == []

@@ -17,7 +17,7 @@ from evalbot.bot import metrics
 from evalbot.bot.jobs.queue import JobQueue
 from evalbot.bot.worker.github import github_forge_factory
 from evalbot.bot.worker.interrupt import ScoringGuard
-from evalbot.bot.worker.preflight import worker_problems
+from evalbot.bot.worker.preflight import worker_problems, worker_warnings
 from evalbot.bot.worker.scoring import Publisher, Scorer, load_callable
 from evalbot.bot.worker.secrets import scrub_secrets_from_environment
 from evalbot.bot.worker.sweeper import Sweeper
@@ -67,6 +67,8 @@ def run_worker(settings: Settings, *, burst: bool = False) -> int:
         for problem in problems:
             print(f"evalbot worker: {problem}", file=sys.stderr)
         return 2
+    for warning in worker_warnings(settings):
+        log.warning("%s", warning)
     history = open_history(settings.redis_url, settings.history_path)
     worker = build_worker(settings, history=history)
     scrub_secrets_from_environment()

@@ -124,9 +124,27 @@ def _scoring(settings: Settings) -> list[str]:
     return problems
 
 
+def _corpora(settings: Settings) -> list[str]:
+    """Private corpora, where configured: every profile's corpus text is there to read."""
+    if settings.corpora_dir is None:
+        return []
+    where = settings.corpora_dir.expanduser()
+    names = sorted({n for name in settings.profiles for n in settings.profile_settings(name).corpora})
+    missing = [f"{n}.txt" for n in names if not (where / f"{n}.txt").is_file()]
+    return [f"{env_name('corpora_dir')}: {str(where)!r} lacks {', '.join(missing)}"] if missing else []
+
+
 def worker_problems(settings: Settings) -> list[str]:
     """Every reason this worker could not do its job, one line each; empty when it can."""
     problems = [] if settings.repo else [f"missing setting(s): {env_name('repo')}"]
-    for check in (_credentials, _redis, _state_dir, _checkout, _scoring):
+    for check in (_credentials, _redis, _state_dir, _checkout, _scoring, _corpora):
         problems += check(settings)
     return problems
+
+
+def worker_warnings(settings: Settings) -> list[str]:
+    """What the worker can do but its maintainers should know, one line each."""
+    if settings.corpora_dir is None:
+        return [f"{env_name('corpora_dir')} is unset: windows are cut from main's public harness corpora, which "
+                "contributors can read and tune a drafter on (docs/deploy.md, Trust model)"]
+    return []
