@@ -87,6 +87,7 @@ def score_refs(
     environ: Mapping[str, str] | None = None,
     calibrate_first: bool = True,
     rescore: bool = False,
+    scorings_docs: scorings.Docs | None = None,
 ) -> ScoreOutcome:
     """Score `head` against `base` in `repo` and return everything the run produced.
 
@@ -97,8 +98,8 @@ def score_refs(
     yet is calibrated first (A/A), unless `calibrate_first` is False (then the configured default
     floor is used and the scorecard says so).
 
-    One verdict per (base SHA, candidate tree, harness digest, profile) on this box
-    (`evalbot.decide.scorings`): when that tree was measured before, its verdict is re-issued for this
+    One verdict per (base SHA, candidate tree, harness digest, profile) (`evalbot.decide.scorings`,
+    kept in this box's state dir, or in `scorings_docs`: the bot's shared ledger): when that tree was measured before, its verdict is re-issued for this
     head (a new receipt that names the measured head) and nothing is measured. `rescore` (a
     maintainer's /rescore or Re-run) measures again, and the verdict published is the lowest tier over
     every scoring of the tree, so that a re-run is never a free re-roll.
@@ -110,6 +111,7 @@ def score_refs(
     check_rounds(rounds, settings.thresholds.min_verified_streams, prof.processes)
     key = load_signing_key(settings)  # a broken key fails now, before any PR code runs
     state_dir = state_dir_for(repo)
+    docs = scorings_docs or scorings.FileDocs(state_dir)
     pinned = pin_harness(repo, base, head, settings, harness_ref)
     box = settings.box_name()
     engine = gitops.code_digest(repo, pinned.base_sha)
@@ -131,9 +133,9 @@ def score_refs(
                                      commit=pinned.head_sha)
     fields.update(candidate_sha=candidate.commit, candidate_tree=candidate.tree)
     if pr_number is not None:
-        fields.update(pr_scoring=scorings.pr_tree_number(state_dir, str(repo), pr_number, pinned.base_sha, candidate.tree))
+        fields.update(pr_scoring=scorings.pr_tree_number(docs, str(repo), pr_number, pinned.base_sha, candidate.tree))
     tree = scorings.TreeKey(pinned.base_sha, candidate.tree, pinned.harness_digest, profile)
-    earlier = scorings.load_scorings(state_dir, tree)
+    earlier = scorings.load_scorings(docs, tree)
     if earlier and not rescore:
         return _finish(_reissue(scorings.effective(earlier, settings.tiers), fields, len(earlier), None), settings,
                        state_dir, key)
@@ -152,7 +154,7 @@ def score_refs(
                            requests=[RequestSummary.of(g) for g in records.generations if g.round >= 0], **fields)
     if outcome.verdict.status not in scorings.REUSABLE:  # an infrastructure error is no measurement of the tree
         return _finish(outcome, settings, state_dir, key)
-    count = scorings.store_scoring(state_dir, tree, outcome.model_copy(update={"tree_scorings": len(earlier) + 1}))
+    count = scorings.store_scoring(docs, tree, outcome.model_copy(update={"tree_scorings": len(earlier) + 1}))
     standing = scorings.effective([*earlier, outcome], settings.tiers)
     if standing is outcome:
         outcome.tree_scorings = count

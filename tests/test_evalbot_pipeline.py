@@ -152,6 +152,28 @@ def test_an_empty_amend_reuses_the_verdict_and_measures_nothing(repo, monkeypatc
     assert other.pr_scoring == 1
 
 
+def test_boxes_sharing_a_ledger_share_one_verdict_per_tree(repo, tmp_path, monkeypatch):
+    """Many boxes (Redis): the scorings live in the ledger they share, so a tree measured on one box is
+    re-issued on another instead of measured again (here two boxes: two clones, one ledger)."""
+    import shutil
+
+    from evalbot.bot.jobs.ledger_stores import SqliteLedger
+    from evalbot.decide.scorings import KvDocs
+
+    ledger = SqliteLedger(tmp_path / "shared.sqlite3")
+    docs = KvDocs(lambda n: ledger.get_doc("scorings", n), lambda n, t: ledger.set_doc("scorings", n, t))
+    repo.branch("fast", knobs=FAST)
+    first = score(repo, "fast", pr_number=1, scorings_docs=docs)
+    assert not first.reused_from_head and ledger.get_doc("scorings", "nothing") is None
+    other_box = tmp_path / "box-b"
+    shutil.copytree(repo.path, other_box, ignore=shutil.ignore_patterns(".evalbot"))  # its own state dir
+    _no_measuring(monkeypatch)
+    again = pipeline.score_refs(other_box, "main", "fast", profile="cpu", settings=settings(), rounds=ROUNDS,
+                                calibrate_first=False, pr_number=1, scorings_docs=docs)
+    assert again.reused_from_head == first.head_sha and again.verdict.tier == first.verdict.tier
+    assert not (other_box / ".evalbot" / "scorings").exists()
+
+
 def test_a_forced_rescore_measures_again_but_never_raises_the_tier(repo, monkeypatch):
     from evalbot.decide import verdict as verdicts
 

@@ -8,9 +8,11 @@ measurement it is) to every later head with the same tree. A maintainer-forced r
 again, but the published verdict is then the LOWEST tier over every decided scoring of that tree
 (`effective`), never the best: a re-run can lower a tier, not raise it.
 
-Kept in the state dir as JSON (`scorings/<key digest>.json`, never pickled); a file or a row that does
-not decode is ignored. Beside it, per PR and main SHA, the distinct trees scored (`pr-<digest>.json`):
-the scorecard says "scoring k of this PR against this main".
+Kept as JSON documents (never pickled), one per tree (`<key digest>`) and, per PR and main SHA, one
+listing the distinct trees scored (`pr-<digest>`: the scorecard says "scoring k of this PR against
+this main"); a document or a row that does not decode is ignored. Where: the state dir
+(`FileDocs`, one box; the CLI) or any string store (`KvDocs`: the bot's shared ledger, so that on a
+deployment of many boxes a tree measured on one is not measured again on another).
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ import json
 import logging
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Protocol
 
 from pydantic import ValidationError
 
@@ -50,36 +54,68 @@ def _digest(doc: dict) -> str:
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:32]
 
 
-def _dir(state_dir: Path) -> Path:
-    return state_dir / SCORINGS_DIR
+class Docs(Protocol):
+    """Where the scorings' JSON documents live: text by name."""
+
+    def read_text(self, name: str) -> str | None: ...
+
+    def write_text(self, name: str, text: str) -> None: ...
 
 
-def _read(path: Path) -> dict | None:
-    if not path.is_file():
+class FileDocs:
+    """`<state dir>/scorings/<name>.json`, written atomically."""
+
+    def __init__(self, state_dir: Path):
+        self.dir = state_dir / SCORINGS_DIR
+
+    def read_text(self, name: str) -> str | None:
+        try:
+            return (self.dir / f"{name}.json").read_text()
+        except (OSError, UnicodeDecodeError):
+            return None
+
+    def write_text(self, name: str, text: str) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".scorings-")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, self.dir / f"{name}.json")
+
+
+class KvDocs:
+    """Any string store, e.g. the ledger's (`Ledger.get_doc` / `set_doc` of one namespace)."""
+
+    def __init__(self, get: Callable[[str], str | None], put: Callable[[str, str], None]):
+        self.read_text, self.write_text = get, put  # type: ignore[method-assign]
+
+
+def _docs(where: Path | Docs) -> Docs:
+    return FileDocs(where) if isinstance(where, Path) else where
+
+
+def _read(docs: Docs, name: str) -> dict | None:
+    text = docs.read_text(name)
+    if text is None:
         return None
     try:
-        raw = json.loads(path.read_bytes())
-    except (OSError, ValueError):
-        log.error("ignored %s: not JSON", path)
+        raw = json.loads(text)
+    except ValueError:
+        log.error("ignored scorings document %s: not JSON", name)
         return None
     if not isinstance(raw, dict) or raw.get("version") != SCORINGS_VERSION:
-        log.error("ignored %s: not a version-%d scorings file", path, SCORINGS_VERSION)
+        log.error("ignored scorings document %s: not version %d", name, SCORINGS_VERSION)
         return None
     return raw
 
 
-def _write(path: Path, doc: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".scorings-")
-    with os.fdopen(fd, "w") as f:
-        f.write(json.dumps(doc, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+def _write(docs: Docs, name: str, doc: dict) -> None:
+    docs.write_text(name, json.dumps(doc, sort_keys=True) + "\n")
 
 
-def load_scorings(state_dir: Path, key: TreeKey) -> list[ScoreOutcome]:
+def load_scorings(where: Path | Docs, key: TreeKey) -> list[ScoreOutcome]:
     """The measured scorings of this tree, oldest first; rows that do not decode (or belong to another
-    key) are left out."""
-    raw = _read(_dir(state_dir) / f"{key.digest()}.json")
+    key) are left out. `where`: the state dir, or a Docs store."""
+    raw = _read(_docs(where), key.digest())
     if raw is None or raw.get("key") != asdict(key) or not isinstance(raw.get("scorings"), list):
         return []
     out = []
@@ -95,13 +131,13 @@ def load_scorings(state_dir: Path, key: TreeKey) -> list[ScoreOutcome]:
     return out
 
 
-def store_scoring(state_dir: Path, key: TreeKey, outcome: ScoreOutcome) -> int:
+def store_scoring(where: Path | Docs, key: TreeKey, outcome: ScoreOutcome) -> int:
     """Keep one more measured scoring of this tree (no scorecard, check text or receipt: those are
     re-made for each head). Returns how many are kept now."""
-    kept = load_scorings(state_dir, key)
+    kept = load_scorings(where, key)
     slim = outcome.model_copy(update={"scorecard": "", "check": None, "receipt": None})
     rows = [o.model_dump(mode="json") for o in [*kept, slim]]
-    _write(_dir(state_dir) / f"{key.digest()}.json", {"version": SCORINGS_VERSION, "key": asdict(key), "scorings": rows})
+    _write(_docs(where), key.digest(), {"version": SCORINGS_VERSION, "key": asdict(key), "scorings": rows})
     return len(rows)
 
 
@@ -124,15 +160,15 @@ def effective(scorings: list[ScoreOutcome], tiers: TierSettings) -> ScoreOutcome
     return best
 
 
-def pr_tree_number(state_dir: Path, repo: str, pr_number: int, base_sha: str, tree: str) -> int:
+def pr_tree_number(where: Path | Docs, repo: str, pr_number: int, base_sha: str, tree: str) -> int:
     """1-based: which distinct candidate tree of PR `pr_number` against `base_sha` this is (a tree seen
     before keeps its number)."""
-    ident = {"repo": repo, "pr": pr_number, "base_sha": base_sha}
-    path = _dir(state_dir) / f"pr-{_digest(ident)}.json"
-    raw = _read(path)
+    docs, ident = _docs(where), {"repo": repo, "pr": pr_number, "base_sha": base_sha}
+    name = f"pr-{_digest(ident)}"
+    raw = _read(docs, name)
     trees = raw.get("trees") if raw is not None and raw.get("pr") == ident else None
     trees = [t for t in trees if isinstance(t, str)] if isinstance(trees, list) else []
     if tree not in trees:
         trees.append(tree)
-        _write(path, {"version": SCORINGS_VERSION, "pr": ident, "trees": trees})
+        _write(docs, name, {"version": SCORINGS_VERSION, "pr": ident, "trees": trees})
     return trees.index(tree) + 1

@@ -275,6 +275,13 @@ class Ledger:
     def counters(self) -> dict[str, float]:
         return {k: float(v) for k, v in self._kv_items("metric").items()}
 
+    def get_doc(self, namespace: str, name: str) -> str | None:
+        """A document kept for the bot's boxes together (e.g. the scorings of each candidate tree)."""
+        return self._kv_get(f"doc:{namespace}", name)
+
+    def set_doc(self, namespace: str, name: str, text: str) -> None:
+        self._kv_set(f"doc:{namespace}", name, text)
+
     def get_flag(self, name: str) -> str | None:
         return self._kv_get("flag", name)
 

@@ -43,6 +43,7 @@ def pipeline_scorer(settings: Settings) -> Scorer:
     from evalbot.measure.device import profile_for
 
     checkout = settings.checkout_dir.resolve()
+    docs = shared_scorings(settings) if settings.redis_url else None  # many boxes: one verdict per tree for all
 
     def score(job: ScoreJob, progress: Progress) -> ScoreOutcome:
         progress("fetching main and the pull request")
@@ -53,9 +54,19 @@ def pipeline_scorer(settings: Settings) -> Scorer:
             # one ruler: the harness of main's current tip, not of the SHA the job was queued against
             harness_ref=f"{settings.remote}/{settings.main_branch}",
             rescore=job.reason in FORCED_REASONS,  # else a tree measured before gets that verdict again
+            scorings_docs=docs,
         )
 
     return score
+
+
+def shared_scorings(settings: Settings):
+    """The scorings of each candidate tree in the ledger the bot's boxes share (Redis)."""
+    from evalbot.bot.jobs.queue import make_ledger
+    from evalbot.decide.scorings import KvDocs
+
+    ledger = make_ledger(settings)
+    return KvDocs(lambda name: ledger.get_doc("scorings", name), lambda name, text: ledger.set_doc("scorings", name, text))
 
 
 def pipeline_publisher(settings: Settings) -> Publisher:
