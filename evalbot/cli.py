@@ -30,6 +30,7 @@ from evalbot.measure import gitops
 from evalbot.measure.device import profile_for
 from evalbot.measure.hardening import make_undumpable
 from evalbot.measure.progress import RichProgress
+from evalbot.report.render import printable
 from evalbot.report.scorecard import render_calibration
 from evalbot.settings import Settings, load_settings
 from evalbot.receipts_cli import cmd_keygen, cmd_receipt_show, cmd_receipt_verify
@@ -112,14 +113,14 @@ def _print_outcome(outcome: ScoreOutcome, as_json: bool, published: pipeline.Pub
                                 "receipt_ref": published.receipt_ref}
         print(json.dumps(doc, indent=2))
         return
-    sys.stdout.write(outcome.scorecard)
+    sys.stdout.write(printable(outcome.scorecard))
     if outcome.receipt:
         print(f"\nreceipt: {outcome.receipt.path}")
     if published is not None:
         if published.published:
             print(f"published to local PR #{outcome.pr_number}: {', '.join(published.labels) or 'no labels'}")
         else:
-            print(f"not published: {published.reason}")
+            print(printable(f"not published: {published.reason}"))
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:

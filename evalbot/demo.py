@@ -50,7 +50,7 @@ from evalbot.measure import gitops
 from evalbot.measure.device import profile_for
 from evalbot.measure.run import ProgressSink
 from evalbot.measure.progress import RichProgress
-from evalbot.report.render import render
+from evalbot.report.render import printable, render
 from evalbot.report.scorecard import noise_text, render_calibration
 from evalbot.settings import STATE_DIR_NAME, Settings, load_settings
 
@@ -225,9 +225,9 @@ def score_examples(
         result = ExampleResult(ex, i, len(examples), pull.number, outcome, published, time.perf_counter() - t0,
                                verdict_matches(ex, outcome, settings))
         report.results.append(result)
-        say.write(render("demo_verdict.txt.j2", templates=texts, r=result, ex=ex, verdict=outcome.verdict,
-                         sp=outcome.verdict.speedup, meas=outcome.measurements, profile=profile,
-                         duration=_duration(result.seconds)) + "\n")
+        say.write(printable(render("demo_verdict.txt.j2", templates=texts, r=result, ex=ex, verdict=outcome.verdict,
+                                   sp=outcome.verdict.speedup, meas=outcome.measurements, profile=profile,
+                                   duration=_duration(result.seconds))) + "\n")
         say.flush()
     report.seconds = time.perf_counter() - started
     return report
@@ -264,9 +264,9 @@ def run_demo(
             report = score_examples(repo, scratch, examples, profile=profile, settings=settings, rounds=rounds,
                                     calibrate=calibrate, progress=bars, tell=bars.console)
         report.kept = keep
-        sys.stdout.write(render("demo_summary.txt.j2", templates=settings.templates_dir, report=report, dirty=dirty,
-                                duration=_duration(report.seconds),
-                                calibration=_duration(report.calibration_seconds or 0)))
+        sys.stdout.write(printable(render("demo_summary.txt.j2", templates=settings.templates_dir, report=report, dirty=dirty,
+                                          duration=_duration(report.seconds),
+                                          calibration=_duration(report.calibration_seconds or 0))))
         return EXIT_ALL_MATCHED if report.ok else EXIT_MISMATCH
     finally:
         if not keep:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from evalbot.errors import EvalbotError
 from evalbot.report import receipt, receipt_view
+from evalbot.report.render import printable
 
 EXIT_OK = 0
 
@@ -39,14 +40,14 @@ def cmd_receipt_verify(args: argparse.Namespace) -> int:
             raise ReceiptMismatch(f"{args.file} is signed, but for {what} {got!s:.60}, not {want!s:.60}")
     keyid = receipt.keyid_for(receipt.load_public_key(Path(args.key)))
     print(f"OK: {args.file} is intact and signed by keyid {keyid[:16]}…")
-    print(
+    print(printable(
         f"head {code.get('head_sha', '?')[:12]} vs base {code.get('base_sha', '?')[:12]}: "
         f"{verdict.get('status')} {verdict.get('tier') or ''} — {verdict.get('reason', '')}".rstrip()
-    )
+    ))
     return EXIT_OK
 
 
 def cmd_receipt_show(args: argparse.Namespace) -> int:
     statement, keyids = receipt_view.read_receipt(Path(args.file))
-    sys.stdout.write(receipt_view.show_receipt(statement, keyids, source=args.file))
+    sys.stdout.write(printable(receipt_view.show_receipt(statement, keyids, source=args.file)))
     return EXIT_OK

@@ -109,3 +109,10 @@ def test_the_helpers_one_line_capped_and_inert():
     assert code("a`b\nc") == "`a'b c`" and code("") == "`—`"
     assert "```" not in fence("x\n```\nrm -rf /") and "\x1b" not in fence("\x1b[2J")
     assert fence("  indented\nline") == "  indented\nline"
+
+
+def test_text_for_a_terminal_keeps_lines_and_drops_escapes():
+    from evalbot.report.render import printable
+
+    hostile = "ok\n\x1b[2J\x1b]0;owned\x07 reason\u202egnp.exe\ttab\x00"
+    assert printable(hostile) == "ok\n[2J]0;owned reasongnp.exe\ttab"

@@ -47,6 +47,12 @@ def one_line(value: Any, limit: int | None = None) -> str:
 
 
 _INVISIBLE = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+
+
+def printable(value: Any) -> str:
+    """Text for a terminal: lines kept, every control and format character but newline and tab dropped
+    (a receipt or a reason can carry a PR's text: no terminal escapes, no bidi overrides)."""
+    return "".join(ch for ch in str(value) if ch in "\n\t" or unicodedata.category(ch) not in _INVISIBLE)
 # What markdown (CommonMark + GitHub) can act on in the middle of a line: emphasis, code, links,
 # images, HTML, entities, tables, strikethrough, and the bare autolinks (`https://`, `www.`). What only
 # acts at the start of a line (headings, lists, quotes) cannot: `text` makes one line, and its first
