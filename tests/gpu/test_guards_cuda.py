@@ -57,6 +57,6 @@ def test_teacher_forcing_verifies_the_guards_own_greedy_stream(guard):
     ids = random_ids(CTX, engine.config.vocab_size, seed=6)
     out = engine.generate(ids, 32, stop_at_eos=False).tokens
     tf = engine.teacher_forced(ids + out, len(ids))
-    assert tf["argmax"] == out and max(tf["gap"]) == 0.0
-    wrong = [(out[0] + 1) % engine.config.vocab_size, *out[1:]]
-    assert engine.teacher_forced(ids + wrong, len(ids))["gap"][0] > 0.0
+    assert max(tf["gap"]) == 0.0  # every token the top logit (an exact bf16 tie may name another index)
+    worst = int(engine.teacher_forced_logits(ids + out[:1], len(ids))[0].argmin())
+    assert engine.teacher_forced(ids + [worst, *out[1:]], len(ids))["gap"][0] > 0.5  # a junk token: whole logits off
