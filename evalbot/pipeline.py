@@ -133,8 +133,9 @@ def score_refs(
                                      commit=pinned.head_sha)
     fields.update(candidate_sha=candidate.commit, candidate_tree=candidate.tree)
     if pr_number is not None:
-        fields.update(pr_scoring=scorings.pr_tree_number(docs, str(repo), pr_number, pinned.base_sha, candidate.tree))
-    tree = scorings.TreeKey(pinned.base_sha, candidate.tree, pinned.harness_digest, profile)
+        fields.update(pr_scoring=scorings.pr_tree_number(docs, settings.repo or str(repo), pr_number, pinned.base_sha, candidate.tree))
+    ruler = scorings.ruler_digest(settings.scoring_dump(), rounds=rounds, budget_s=budget_s, calibrate_first=calibrate_first)
+    tree = scorings.TreeKey(pinned.base_sha, candidate.tree, pinned.harness_digest, profile, ruler)
     earlier = scorings.load_scorings(docs, tree)
     if earlier and not rescore:
         return _finish(_reissue(scorings.effective(earlier, settings.tiers), fields, len(earlier), None), settings,
@@ -176,6 +177,7 @@ def _reissue(stored: ScoreOutcome, fields: dict, count: int, remeasured: ScoreOu
         note = (f"re-measured on request and read {read}, but the verdict published is the lowest tier over the {count} "
                 f"scorings of this tree: head {stored.head_sha[:12]}'s")
     verdict = stored.verdict.model_copy(update={"reason": f"{stored.verdict.reason} — {note}"})
+    fields = {**fields, "box": stored.box}  # the box that measured it (the receipt's environment is that box's)
     return ScoreOutcome(verdict=verdict, measurements=stored.measurements, rounds=stored.rounds,
                         requests=stored.requests, tree_scorings=count, reused_from_head=stored.head_sha, **fields)
 

@@ -200,6 +200,49 @@ def test_a_forced_rescore_measures_again_but_never_raises_the_tier(repo, monkeyp
     assert amend.verdict.tier == "S" and amend.tree_scorings == 3 and amend.verdict.labels == ["eval-dspark:S", "eval:S"]
 
 
+def test_a_verdict_is_reissued_only_under_the_same_ruler(repo, monkeypatch):
+    """Other thresholds, the sandbox off or a fixed number of rounds measure again: a verdict is the tree's
+    under the settings it was decided by, and a receipt must not sign old gates with new settings."""
+    repo.branch("fast", knobs=FAST)
+    first = score(repo, "fast", pr_number=1)
+    measured = []
+    real = pipeline.run_campaign
+    monkeypatch.setattr(pipeline, "run_campaign", lambda *a, **kw: measured.append(1) or real(*a, **kw))
+    strict = settings(thresholds={"min_compare_positions": 32, "ar_ratio_min": 5.0})
+    again = score(repo, "fast", pr_number=1, settings=strict)
+    assert measured == [1] and not again.reused_from_head and again.verdict.status == "rejected"
+    same = score(repo, "fast", pr_number=1)  # the first ruler again: its verdict, not measured
+    assert measured == [1] and same.reused_from_head == first.head_sha and same.box == first.box
+
+
+def test_a_reject_on_speed_gates_alone_is_cleared_by_a_re_measurement_but_a_wrong_stream_is_not(repo, monkeypatch):
+    from evalbot.decide import verdict as verdicts
+    from evalbot.decide.gates import GateResult
+
+    repo.branch("fast", knobs=FAST)
+    score(repo, "fast", pr_number=1)
+
+    def reads(gate):  # this scoring reads a REJECT on `gate`
+        def decide(m, s):
+            v = verdicts.decide(m, s)
+            gates = [*v.gates, GateResult(gate=gate, title=gate, status="fail", detail="read below its bar")]
+            return v.model_copy(update={"status": "rejected", "tier": "REJECT", "gates": gates,
+                                        "labels": s.tiers.labels_for("REJECT")})
+        monkeypatch.setattr(pipeline, "decide", decide)
+
+    reads("ar")
+    slow = score(repo, "fast", pr_number=1, rescore=True)
+    assert slow.verdict.tier == "REJECT"  # the latest reading stands
+    monkeypatch.setattr(pipeline, "decide", verdicts.decide)
+    cleared = score(repo, "fast", pr_number=1, rescore=True)
+    assert cleared.verdict.tier in ("L", "XL") and cleared.tree_scorings == 3
+    reads("lossless")
+    lossy = score(repo, "fast", pr_number=1, rescore=True)
+    monkeypatch.setattr(pipeline, "decide", verdicts.decide)
+    after = score(repo, "fast", pr_number=1, rescore=True)
+    assert lossy.verdict.tier == "REJECT" and after.verdict.tier == "REJECT"  # a wrong stream stays
+
+
 def test_undecodable_stored_scorings_are_ignored(repo, monkeypatch):
     repo.branch("docs", files={"NOTES.md": "no code change\n"})
     first = score(repo, "docs", pr_number=1)

@@ -214,3 +214,17 @@ def test_a_gate_below_its_bar_with_an_interval_above_it_is_undecided_and_wins_no
     assert v.status == "scored" and v.tier == "none" and v.labels == S.tiers.labels_for("none"), v.reason
     assert v.reason.startswith("undecided: after 4 rounds (the budget ended) AR decode read below its bar"), v.reason
     assert next(g for g in v.gates if g.gate == "ar").undecided
+
+
+def test_stopping_goes_on_while_a_total_time_check_straddles_its_bar():
+    """The median's interval sits in one band, but the PR's summed time reads below main's with an interval
+    reaching above the bar: more rounds can still change the verdict, so the scoring does not stop."""
+    from evalbot.decide.stopping import decided
+
+    rounds = [1.20, 1.21, 1.22, 1.20, 1.21, 1.22]
+    c = b.cell(speedups=rounds)
+    uneven = [t.model_copy(update={"pr_s": 0.4 if t.round % 2 else 1.75}) for t in c.dspark_timed]
+    m = b.measurements(rounds, cells=[c.model_copy(update={"dspark_timed": uneven})], noise_floor=b.noise(0.005))
+    stop, why = decided(m, S)
+    assert not stop and "DSpark by total time 0.930× is below its bar" in why
+    assert decided(b.measurements(rounds, noise_floor=b.noise(0.005)), S)[0]

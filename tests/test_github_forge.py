@@ -153,6 +153,14 @@ def test_permission_comes_from_github_and_is_cached(fake):
     assert gh.permission("writer") == "read"
 
 
+def test_a_custom_role_counts_as_its_base_role(fake):
+    """GitHub names a custom repository role in `role_name` and its base in `permission`."""
+    fake.add_repo(REPO)
+    fake.repo(REPO).permissions.update({"rm": "release-manager:admin", "bot": "ci-bot:write", "odd": "auditor:read"})
+    gh = GitHubForge.from_token("app-token", REPO, base_url=fake.base_url, throttle=False)
+    assert [gh.permission(n) for n in ("rm", "bot", "odd")] == ["admin", "write", "read"]
+
+
 def test_permission_lookup_failure_raises(fake):
     fake.add_repo(REPO)
     fake.fail("GET", r"/collaborators/.*/permission$", 403, message="Resource not accessible by integration")

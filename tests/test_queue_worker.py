@@ -594,3 +594,35 @@ def test_a_scoring_goes_on_when_nothing_newer_is_queued_or_github_does_not_answe
     rig.run()
     assert rig.ledger.get(job.key).state == DONE
     assert rig.gh.count("GET", r"^/repos/octo/dspark/pulls/1$") - asked <= 3  # no extra request per step
+
+
+def test_github_down_while_the_authors_permission_is_asked_waits_instead_of_holding_the_pr(server, tmp_path):
+    rig = Rig(server, tmp_path, forge_retry_seconds=0.01)
+    rig.pull(1, head_repo="writer/dspark", author="writer", author_association="COLLABORATOR")
+    rig.gh.repo(REPO).permissions["writer"] = "write"
+    rig.gh.fail("GET", r"/collaborators/.*/permission$", 502, times=2)  # one short outage (the forge tries twice)
+    job = rig.job(1)
+    rig.queue.submit_score(job)
+    rig.run(include_scheduled_within=5)
+    assert rig.ledger.get(job.key).state == DONE and rig.scored == [job.key]
+    assert "needs-ok-to-test" not in " ".join(rig.gh.labels_on(REPO, 1))
+
+
+def test_a_push_back_to_a_head_whose_scoring_failed_scores_it_again(rig):
+    pull = rig.pull(1)
+    a = pull.head_sha
+    rig.fail_scorer = 99  # the box fails on head A every time
+    rig.queue.submit_score(rig.job(1))
+    rig.run()
+    assert rig.ledger.get(rig.job(1).key).state == FAILED
+    rig.fail_scorer, rig.tiers[1] = 0, ("XL", 0.2)
+    pull.head_sha = fake_sha("B")
+    rig.queue.submit_score(ScoreJob(repo=REPO, pr_number=1, head_sha=pull.head_sha, base_sha=rig.repo.branches["main"],
+                                    reason="synchronize"))
+    rig.run()
+    assert sorted(rig.gh.labels_on(REPO, 1)) == ["eval-dspark:XL", "eval:XL"]
+    pull.head_sha, rig.tiers[1] = a, ("S", 0.05)  # force-push back to A
+    assert rig.queue.submit_score(ScoreJob(repo=REPO, pr_number=1, head_sha=a, base_sha=rig.repo.branches["main"],
+                                           reason="synchronize"))
+    rig.run()
+    assert sorted(rig.gh.labels_on(REPO, 1)) == ["eval-dspark:S", "eval:S"]  # A's own verdict, not B's labels

@@ -163,5 +163,6 @@ def test_ok_to_test_is_for_maintainers(hook):
     hook.post("issue_comment", comment_payload("/ok-to-test", "MEMBER", login="maintainer"))
     hook.post("issue_comment", comment_payload("/ok-to-test", "CONTRIBUTOR", login="friend-of-author"))
     approve, refusal = hook.chores()
-    assert approve == {"kind": "ok_to_test", "repo": FIXTURE_REPO, "pr_number": approve["pr_number"], "requested_by": "maintainer"}
+    assert approve == {"kind": "ok_to_test", "repo": FIXTURE_REPO, "pr_number": approve["pr_number"], "requested_by": "maintainer",
+                       "commented_at": 1557933621.0}  # the comment's created_at: a head pushed after it is not approved
     assert refusal["template"] == "comment_refusal.md.j2"

@@ -90,6 +90,26 @@ def test_a_fork_pull_by_a_newcomer_is_not_run_until_a_maintainer_says_ok_to_test
     assert len(rig.scored) == 2
 
 
+def test_ok_to_test_does_not_approve_a_head_pushed_after_the_comment(rig):
+    """The author pushes between the maintainer's comment and the bot acting on it: the new head is not the
+    code the maintainer looked at, so it is not run; a new /ok-to-test (written after the push) runs it."""
+    pull = _fork_pull(rig)
+    rig.queue.submit_score(rig.job(1))
+    rig.run()
+    commented = rig.clock.now + 5  # the maintainer comments on head A ...
+    rig.clock.now += 10
+    pull.head_sha = fake_sha("pushed right after")  # ... and B lands (the webhook records it) before the chore runs
+    rig.queue.submit_score(rig.job(1))
+    rig.run()
+    rig.queue.submit_chore(ApproveForTesting(repo=REPO, pr_number=1, requested_by="maintainer", commented_at=commented))
+    rig.run()
+    assert rig.scored == [] and NEEDS_OK_TO_TEST_LABEL in rig.gh.labels_on(REPO, 1)
+    assert "moved to" in rig.gh.comments_on(REPO, 1)[-1]["body"]
+    rig.queue.submit_chore(ApproveForTesting(repo=REPO, pr_number=1, requested_by="maintainer", commented_at=rig.clock.now + 1))
+    rig.run()
+    assert rig.scored == [rig.job(1).key]
+
+
 def test_ok_to_test_and_rescore_need_write_access_and_automerge_maintain(rig):
     """Fails without the fix: MEMBER/COLLABORATOR (org members without access, read-only collaborators)
     ran /ok-to-test, /rescore and /automerge; the worker now asks GitHub for the commenter's role."""

@@ -45,9 +45,22 @@ class TreeKey:
     candidate_tree: str
     harness_digest: str
     profile: str
+    ruler: str = ""  # a digest of what else decides a verdict (`ruler_digest`): other settings, another scoring
+
 
     def digest(self) -> str:
         return _digest(asdict(self))
+
+
+NOT_THE_RULER = ("box", "templates_dir", "stderr_tail_lines", "remote", "signing_key")  # words and places, not the verdict
+
+
+def ruler_digest(scoring_settings: dict, **run: object) -> str:
+    """What decides a verdict besides the tree and the harness: the scoring settings (thresholds, tiers,
+    statistics, profiles, sandbox, ...) and how the run was asked for (rounds, budget, calibration). A
+    verdict is re-issued only under the same ruler: other thresholds, a sandbox turned off or a fixed
+    number of rounds measure again."""
+    return _digest({"settings": {k: v for k, v in scoring_settings.items() if k not in NOT_THE_RULER}, "run": run})
 
 
 def _digest(doc: dict) -> str:
@@ -146,13 +159,25 @@ def undecided(outcome: ScoreOutcome) -> bool:
     return outcome.verdict.status == "scored" and outcome.verdict.reason.startswith("undecided")
 
 
+def _speed_only_reject(outcome: ScoreOutcome) -> bool:
+    """A REJECT whose failed gates are all speed gates (AR, DSpark total time, guards): a measurement
+    like a tier, which a later scoring of the tree replaces. A wrong stream, an accuracy failure or an
+    integrity finding is the PR's conclusively and stays."""
+    failed = [g.gate for g in outcome.verdict.gates if g.status == "fail"]
+    return outcome.verdict.status == "rejected" and bool(failed) and all(
+        g in ("ar", "dspark") or g.startswith("guard:") for g in failed)
+
+
 def effective(scorings: list[ScoreOutcome], tiers: TierSettings) -> ScoreOutcome:
     """The scoring that stands for the tree: the lowest tier over the decided scorings (REJECT lowest;
     on a tie the latest), so that measuring again never raises a tier. An undecided scoring (out of
-    rounds) is no evidence against a tier and counts only when no scoring decided."""
+    rounds) is no evidence against a tier and counts only when no scoring decided; a REJECT on speed
+    gates alone counts only while it is the latest (a maintainer's re-measurement can clear a slow
+    reading, as it can lower a tier; a REJECT on a wrong stream, accuracy or integrity stays)."""
     if not scorings:
         raise ValueError("no scorings")
     decided = [s for s in scorings if not undecided(s)] or scorings
+    decided = [s for s in decided[:-1] if not _speed_only_reject(s)] + decided[-1:]
     best = decided[-1]
     for s in reversed(decided):
         if tiers.rank(s.tier or "") < tiers.rank(best.tier or ""):

@@ -9,7 +9,7 @@ the corpus runs out, and the verdict says so.
 
 from __future__ import annotations
 
-from evalbot.decide.gates import gate_integrity, ratio_ci
+from evalbot.decide.gates import gate_integrity, ratio_ci, total_check
 from evalbot.decide.measurements import Measurements
 from evalbot.decide.stats import crossed_bootstrap_ci
 from evalbot.decide.tiers import band_for
@@ -59,4 +59,18 @@ def decided(m: Measurements, settings: ScoringSettings) -> tuple[bool, str]:
         a, b = ratio_ci(values, procs, settings.stats, resamples=500) if len(values) >= 2 else (0.0, 2.0)
         if a < bar < b:
             return False, f"{what}: CI {a:.3f}× … {b:.3f}× straddles the bar {bar:.3f}×"
+    # The same by total time (gates.total_check): a check still undecided needs more rounds.
+    slack = th.total_time_slack
+    totals = [("DSpark by total time", [c.dspark_timed for c in m.cells], 1.0 - m.noise.dspark_decode - slack),
+              ("AR by total time", [c.ar_timed for c in m.cells], th.ar_ratio_min - m.noise.ar_decode - slack)]
+    for g in m.guards:
+        totals += [(f"guard {g.guard} generation by total time", [g.generation_timed],
+                    th.guard_decode_ratio_min - m.noise.guard_decode - slack),
+                   (f"guard {g.guard} prefill by total time", [g.prefill_timed],
+                    th.guard_prefill_ratio_min - m.noise.guard_prefill - slack)]
+    for what, groups, bar in totals:
+        if groups and all(groups) and all(t.pr_s > 0 for grp in groups for t in grp):
+            status, value, _ = total_check(groups, bar, settings.stats, resamples=500)
+            if status == "undecided":
+                return False, f"{what} {value:.3f}× is below its bar {bar:.3f}× with an interval that reaches above it"
     return True, f"DSpark speedup CI {lo_pct:+.1f}% … {hi_pct:+.1f}% within one tier, every speed gate clear"

@@ -255,8 +255,13 @@ class GitHubForge:
                 _, data = self.client.requester.requestJsonAndCheck("GET", url)
             except UnknownObjectException:
                 return "none"
-            role = str(data.get("role_name") or data.get("permission") or "none").lower()
-            return role if role in ROLES else {"pull": "read", "push": "write"}.get(role, "none")
+            # a custom role names itself in role_name; `permission` is then its base (admin, write, read, none)
+            for given in (data.get("role_name"), data.get("permission")):
+                role = str(given or "").lower()
+                role = {"pull": "read", "push": "write"}.get(role, role)
+                if role in ROLES:
+                    return role
+            return "none"
 
         role = self._call(f"permission of {login}", ask)
         self._permissions[key] = (now, role)

@@ -489,9 +489,10 @@ class FakeGitHub:
         login = request.path_params["username"]
         with self.lock:
             permission = next((p for name, p in repo.permissions.items() if name.lower() == login.lower()), "none")
-        legacy = {"maintain": "write", "triage": "read"}.get(permission, permission)  # GitHub's `permission` field
+        role_name, _, base = permission.partition(":")  # "release-manager:admin": a custom role and its base role
+        legacy = {"maintain": "write", "triage": "read"}.get(base or role_name, base or role_name)  # GitHub's `permission`
         return JSONResponse(shape("repository-collaborator-permission", {
-            "permission": legacy, "role_name": permission, "user": self._user(login, self._base(request))}, self._base(request)))
+            "permission": legacy, "role_name": role_name, "user": self._user(login, self._base(request))}, self._base(request)))
 
     # -- check runs and statuses -------------------------------------------------------------------------------------
     def _check_run(self, repo: FakeRepo, check_id: int, base: str) -> dict:

@@ -65,6 +65,7 @@ class ApproveForTesting(_Model):
     repo: str
     pr_number: int
     requested_by: str
+    commented_at: float = 0.0  # epoch seconds of the comment (0: unknown): a head pushed after it is not approved
 
 
 class MergeGroupCheck(_Model):

@@ -16,7 +16,7 @@ from huey.api import Huey
 from pydantic import ValidationError
 
 from evalbot.bot.jobs.boxlock import BoxLock
-from evalbot.bot.jobs.ledger import DONE, QUEUED, SUPERSEDED, Ledger
+from evalbot.bot.jobs.ledger import DONE, FAILED, QUEUED, SUPERSEDED, Ledger
 from evalbot.bot.jobs.ledger_stores import RedisLedger, SqliteLedger
 from evalbot.bot.jobs.model import CHORE_ADAPTER, Action, AnnounceQueued, Chore, Republish, ScoreJob
 from evalbot.bot.jobs.serializer import JsonSerializer
@@ -29,7 +29,7 @@ SCORE_TASK = "evalbot.score"
 CHORE_TASK = "evalbot.chore"
 CHORE_PRIORITY = 10  # chores (comments, check runs, toggles) overtake waiting score jobs
 CHORE_RETRIES, CHORE_RETRY_DELAY = 5, 60
-HEAD_CAME_BACK = ("synchronize", "reopened")  # a finished job submitted again for these: its verdict is re-published  # a chore that fails (GitHub down) is tried again by huey
+HEAD_CAME_BACK = ("synchronize", "reopened")  # a finished job submitted again for these: re-published (done) or re-scored (failed)
 
 
 class QueueHandlers(Protocol):
@@ -93,8 +93,11 @@ class JobQueue:
                 # must describe that head again, not the one it left
                 self.submit_chore(Republish(job_key=job.key))
                 return True
-            if known is not None and known.state == SUPERSEDED and self.ledger.submit(job, self.clock(), force=True):
-                self._enqueue_new(job.key)  # superseded when the PR left this head; it is back: score it
+            came_back = known is not None and (known.state == SUPERSEDED or (known.state == FAILED and job.reason in HEAD_CAME_BACK))
+            if came_back and self.ledger.submit(job, self.clock(), force=True):
+                # superseded when the PR left this head, or failed for the box's reasons: it is back, score it
+                # (its stale labels go when the job is announced)
+                self._enqueue_new(job.key)
                 return True
             return False
         self._enqueue_new(job.key)

@@ -6,6 +6,8 @@ has the wrong type is a `PayloadError` (a 400), never a crash.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
@@ -75,6 +77,7 @@ class Comment(_Model):
     body: Annotated[str, StringConstraints(max_length=65536)] = ""
     user: Account
     author_association: str = "NONE"
+    created_at: datetime | None = None  # when it was written (an /ok-to-test approves the head of that moment)
 
 
 class IssueCommentEvent(_Model):

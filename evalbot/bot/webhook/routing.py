@@ -108,14 +108,16 @@ def _route_comment(event: payloads.IssueCommentEvent, policy: RoutingPolicy) -> 
         reply = Reply(repo=repo, pr_number=number, template="comment_refusal.md.j2",
                       context={"login": login, "command": commands.COMMANDS[item.name].usage}, rate_key=rate_key)
         return Routed(actions=[reply], note=f"/{item.name} refused: {login} may not use it{ignored}")
-    return Routed(actions=[_command_action(item, repo, number, login, rate_key)], note=f"/{item.name}{ignored}")
+    at = event.comment.created_at.timestamp() if event.comment.created_at else 0.0
+    return Routed(actions=[_command_action(item, repo, number, login, rate_key, at)], note=f"/{item.name}{ignored}")
 
 
-def _command_action(cmd: commands.Command, repo: str, number: int, login: str, rate_key: str) -> Action:
+def _command_action(cmd: commands.Command, repo: str, number: int, login: str, rate_key: str,
+                    commented_at: float = 0.0) -> Action:
     if cmd.name == "rescore":
         return RescoreRequest(repo=repo, pr_number=number, requested_by=login)
     if cmd.name == "ok-to-test":
-        return ApproveForTesting(repo=repo, pr_number=number, requested_by=login)
+        return ApproveForTesting(repo=repo, pr_number=number, requested_by=login, commented_at=commented_at)
     if cmd.name == "automerge":
         return SetAutomerge(repo=repo, pr_number=number, enabled=cmd.arg == "on", requested_by=login)
     help_rows = [{"usage": s.usage, "help": s.help} for s in commands.COMMANDS.values()]

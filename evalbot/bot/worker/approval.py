@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from evalbot.bot.commands import COMMANDS, ROLES, role_allows
 from evalbot.bot.jobs.ledger import SUPERSEDED, JobRecord
 from evalbot.forge.base import CHECK_NAME, Forge, PullInfo
+from evalbot.forge.github_retry import ForgeUnavailable
 from evalbot.report.check_run import AWAITING_APPROVAL_CONCLUSION
 from evalbot.report.scorecard import SCORECARD_MARKER_PREFIX, scorecard_marker
 from evalbot.settings.tiers import NEEDS_OK_TO_TEST_LABEL
@@ -59,6 +60,8 @@ def needs_approval(worker: Worker, pull: PullInfo, repo: str | None = None) -> b
         return False
     try:
         return not role_allows(role_of(worker.forge_for(repo), pull.author), "write")
+    except ForgeUnavailable:
+        raise  # GitHub is down: the job waits for it (worker._forge_outage), it is not held for /ok-to-test
     except Exception as exc:  # noqa: BLE001 - fail closed: an unknown author waits for /ok-to-test
         log.warning("permission of %s on %s unknown (%s); #%d waits for /ok-to-test", pull.author, repo,
                     " ".join(str(exc).split())[:200], pull.number)
@@ -102,6 +105,16 @@ def hold(worker: Worker, forge: Forge, record: JobRecord, pull: PullInfo) -> str
     forge.update_check(check_id, status="completed", title=title, summary=summary,
                        conclusion=AWAITING_APPROVAL_CONCLUSION, details_url=worker.details_url(record))
     return f"held: {why}"
+
+
+def pushed_after(worker: Worker, repo: str, number: int, head_sha: str, commented_at: float) -> str | None:
+    """Why an /ok-to-test written at `commented_at` does not approve `head_sha` (None: it does): the bot
+    first heard of that head after the comment, so the maintainer cannot have looked at it."""
+    seen = [r.created_at for r in worker.ledger.for_pull(repo, number) if r.head_sha == head_sha]
+    if commented_at and seen and min(seen) > commented_at:
+        return (f"the pull request moved to `{head_sha[:12]}` after your `/ok-to-test`; look at that commit and say "
+                "`/ok-to-test` again to have it run")
+    return None
 
 
 def remember(worker: Worker, repo: str, number: int, by: str, head_sha: str | None = None) -> str:

@@ -68,8 +68,12 @@ def run_chore(worker: Worker, chore: Chore) -> str:
         forge = worker.forge_for(chore.repo)
         return queue_current_head(worker, forge, chore.repo, chore.pr_number, chore.requested_by, "rescore", reply=True)
     if isinstance(chore, ApproveForTesting):
-        approval.remember(worker, chore.repo, chore.pr_number, chore.requested_by)  # this head only
         forge = worker.forge_for(chore.repo)
+        head = forge.get_pull(chore.pr_number).head_sha
+        if (pushed := approval.pushed_after(worker, chore.repo, chore.pr_number, head, chore.commented_at)) is not None:
+            forge.comment(chore.pr_number, worker.render("comment_rescore_refused.md.j2", login=chore.requested_by, reason=pushed))
+            return f"refused /ok-to-test: {pushed}"
+        approval.remember(worker, chore.repo, chore.pr_number, chore.requested_by, head)  # this head only
         forge.remove_label(chore.pr_number, NEEDS_OK_TO_TEST_LABEL)
         return queue_current_head(worker, forge, chore.repo, chore.pr_number, chore.requested_by, "ok-to-test", reply=True)
     if isinstance(chore, Rerun):

@@ -113,7 +113,11 @@ class Worker:
             if freshness.replacement is not None:
                 self.queue.submit_score(freshness.replacement)
             return f"superseded: {freshness.why}"
-        if approval.needs_approval(self, pull):
+        try:
+            hold = approval.needs_approval(self, pull)
+        except ForgeUnavailable as exc:  # the author's permission could not be asked: wait for GitHub
+            return self._forge_outage(record, exc)
+        if hold:
             return approval.hold(self, forge, record, pull)
         tier_labels.clear_stale(self, forge, record, pull)
 
