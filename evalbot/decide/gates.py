@@ -17,13 +17,12 @@ from __future__ import annotations
 
 from typing import Literal
 
+import numpy as np
 from pydantic import BaseModel, Field
 
 from evalbot.decide.accuracy import LSE_TOLERANCE
-from evalbot.decide.measurements import Measurements, Timed, format_ctx
-import numpy as np
-
-from evalbot.decide.stats import crossed_bootstrap_ci, geomean, median
+from evalbot.decide.measurements import Measurements, Timed, format_ctx, total_ratio
+from evalbot.decide.stats import crossed_bootstrap_ci, geomean, median, pigeonhole_weights
 from evalbot.settings import StatsSettings, Thresholds
 
 GateStatus = Literal["pass", "fail", "skipped"]
@@ -157,20 +156,9 @@ def total_ci(groups: list[list[Timed]], stats: StatsSettings, resamples: int | N
     geomean over groups), resampling as `crossed_bootstrap_ci` does: main's and the PR's processes
     independently when a side has several, else the rounds."""
     flat = [(gi, t) for gi, g in enumerate(groups) for t in g]
-    rng = np.random.default_rng(stats.bootstrap_seed)
     n = resamples or stats.bootstrap_resamples
-
-    def draws(labels: list[int]) -> np.ndarray:  # [n, len(flat)]: how often each request's unit was drawn
-        lab, idx = np.unique(np.asarray(labels), return_inverse=True)
-        picks = rng.integers(0, len(lab), (n, len(lab)))
-        return np.stack([np.bincount(p, minlength=len(lab)) for p in picks])[:, idx]
-
-    mains, prs = [t.main_process for _, t in flat], [t.pr_process for _, t in flat]
-    if len(set(mains)) > 1 or len(set(prs)) > 1:
-        w = (draws(mains) if len(set(mains)) > 1 else 1) * (draws(prs) if len(set(prs)) > 1 else 1)
-    else:
-        w = draws([t.round for _, t in flat])
-    w = np.broadcast_to(w, (n, len(flat))).astype(float)
+    w = pigeonhole_weights([t.main_process for _, t in flat], [t.pr_process for _, t in flat],
+                           [t.round for _, t in flat], n, np.random.default_rng(stats.bootstrap_seed)).astype(float)
     m, p = np.array([t.main_s for _, t in flat]), np.array([t.pr_s for _, t in flat])
     logs = np.zeros(n)
     for gi in range(len(groups)):
@@ -186,7 +174,7 @@ def total_check(groups: list[list[Timed]], bar: float, stats: StatsSettings,
                 resamples: int | None = None) -> tuple[str, float, tuple[float, float] | None]:
     """As speed_check, for the speedup by total time: pass at or above the bar, fail when the whole CI is
     below it, else undecided."""
-    total = geomean([sum(t.main_s for t in g) / sum(t.pr_s for t in g) for g in groups])
+    total = geomean([total_ratio(g) for g in groups])  # callers pass timed groups only (_untimed)
     if total >= bar:
         return "pass", total, None
     if len({t.round for g in groups for t in g}) < 2:

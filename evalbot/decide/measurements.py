@@ -111,14 +111,6 @@ class GuardSummary(BaseModel):
     pr_verified: int = 0  # ... of which every token was that guard's argmax (within the near-tie tolerance)
     unverified: str = ""  # why the PR's guard streams were not (all) teacher-forced; "" if they were
 
-    @property
-    def generation_total_ratio(self) -> float | None:
-        return total_ratio(self.generation_timed)
-
-    @property
-    def prefill_total_ratio(self) -> float | None:
-        return total_ratio(self.prefill_timed)
-
 
 class RoundSummary(BaseModel):
     round: int

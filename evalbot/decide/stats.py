@@ -38,6 +38,27 @@ def geomean(values: Sequence[float]) -> float:
     return float(math.exp(sum(math.log(v) for v in values) / len(values)))
 
 
+def pigeonhole_weights(rows: Sequence[int], cols: Sequence[int], units: Sequence[int], resamples: int,
+                       rng: np.random.Generator) -> np.ndarray:
+    """[resamples, n] weights of n values in a crossed resample (crossed_bootstrap_ci): main's processes
+    (`rows`) and the PR's (`cols`) drawn with replacement, independently, each value counted as often as
+    the product of its two processes' draws; with one process on both sides, `units` (each value's
+    round, or the value itself) are drawn instead."""
+    def draws(labels: np.ndarray) -> np.ndarray:  # how often each value's unit was drawn
+        lab, idx = np.unique(labels, return_inverse=True)
+        picks = rng.integers(0, len(lab), (resamples, len(lab)))
+        counts = np.stack([np.bincount(p, minlength=len(lab)) for p in picks])
+        return counts[:, idx]
+
+    r, c = np.asarray(rows), np.asarray(cols)
+    multi_r, multi_c = len(set(r.tolist())) > 1, len(set(c.tolist())) > 1
+    if multi_r or multi_c:
+        w = (draws(r) if multi_r else 1) * (draws(c) if multi_c else 1)
+    else:
+        w = draws(np.asarray(units))
+    return np.broadcast_to(w, (resamples, len(r)))
+
+
 def crossed_bootstrap_ci(
     values: Sequence[float], rows: Sequence[int], cols: Sequence[int], *, resamples: int = 2000, seed: int = 0,
     confidence: float = 0.95,
@@ -65,20 +86,8 @@ def crossed_bootstrap_ci(
     order = np.argsort(data, kind="stable")
     data = data[order]
     rng = np.random.default_rng(seed)
-
-    def draws(labels: np.ndarray) -> np.ndarray:  # [resamples, len(data)]: how often each value's unit was drawn
-        lab, idx = np.unique(labels, return_inverse=True)
-        picks = rng.integers(0, len(lab), (resamples, len(lab)))
-        counts = np.stack([np.bincount(p, minlength=len(lab)) for p in picks])
-        return counts[:, idx]
-
     r, c = np.asarray(rows)[order], np.asarray(cols)[order]
-    multi_r, multi_c = len(set(r.tolist())) > 1, len(set(c.tolist())) > 1
-    if multi_r or multi_c:
-        w = (draws(r) if multi_r else 1) * (draws(c) if multi_c else 1)
-    else:
-        w = draws(np.arange(len(data)))
-    w = np.broadcast_to(w, (resamples, len(data)))
+    w = pigeonhole_weights(r, c, np.arange(len(data)), resamples, rng)
     total = w.sum(axis=1)
     cum = np.cumsum(w, axis=1)
     half = total[:, None] / 2.0
