@@ -106,6 +106,24 @@ def test_a_job_is_scored_and_published(rig):
     assert any(path.startswith("receipts/pr-1/") for (branch, path) in rig.repo.files if branch == "evalbot-receipts")
 
 
+def test_one_requesters_burst_does_not_hold_another_requesters_job(rig):
+    """Fair queuing: a contributor's burst of PRs queued first, then another contributor's PR: the second
+    contributor's job runs after the burst's first job, not after all of it."""
+    for n in (1, 2, 3, 4):
+        rig.pull(n)
+    burst = [rig.job(n).model_copy(update={"requested_by": "flood-bot"}) for n in (1, 2, 3)]
+    for job in burst:
+        rig.clock.now += 1
+        assert rig.queue.submit_score(job)
+    rig.clock.now += 1
+    other = rig.job(4).model_copy(update={"requested_by": "newcomer"})
+    assert rig.queue.submit_score(other)
+    assert [rig.queue.fair_priority(j.key) for j in (*burst, other)] == [0, -1, -2, 0]
+    rig.run()
+    assert rig.scored == [burst[0].key, other.key, burst[1].key, burst[2].key]
+    assert all(rig.ledger.get(j.key).state == DONE for j in (*burst, other))
+
+
 def test_the_same_job_twice_is_scored_once(rig):
     rig.pull(1)
     assert rig.queue.submit_score(rig.job(1))

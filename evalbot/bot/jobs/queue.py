@@ -29,6 +29,7 @@ SCORE_TASK = "evalbot.score"
 CHORE_TASK = "evalbot.chore"
 CHORE_PRIORITY = 10  # chores (comments, check runs, toggles) overtake waiting score jobs
 CHORE_RETRIES, CHORE_RETRY_DELAY = 5, 60
+FAIR_DEPTH = 100  # a requester's jobs waiting beyond this many share the lowest priority
 HEAD_CAME_BACK = ("synchronize", "reopened")  # a finished job submitted again for these: re-published (done) or re-scored (failed)
 
 
@@ -104,7 +105,7 @@ class JobQueue:
         return True
 
     def _enqueue_new(self, key: str) -> None:
-        self._score_task(key)
+        self.enqueue_key(key)
         self.ledger.mark_enqueued(key)
         self.submit_chore(AnnounceQueued(job_key=key))
 
@@ -116,11 +117,26 @@ class JobQueue:
             self._chore_task(data)
 
     def enqueue_key(self, key: str, *, delay: float | None = None) -> None:
-        """Put a message for a job the ledger already holds (recovery, retries)."""
+        """Put a message for a job the ledger already holds (new jobs, recovery, retries)."""
+        priority = self.fair_priority(key)
         if delay:
-            self._score_task.schedule(args=(key,), delay=delay)
+            self._score_task.schedule(args=(key,), delay=delay, priority=priority)
         else:
-            self._score_task(key)
+            self.huey.enqueue(self._score_task.s(key, priority=priority))
+
+    def fair_priority(self, key: str) -> int:
+        """Fair queuing between requesters (the PR's author, or the maintainer who asked for a re-score): a
+        score job's message goes behind every job its requester already has waiting, priority -n for the
+        requester's n-th waiting job (huey runs higher priorities first, equal ones in order of arrival). So
+        one contributor's burst of PRs holds nobody else's: another requester's first job waits for at most one
+        job of each requester ahead of it, not for the whole burst. A job with no requester gets 0."""
+        record = self.ledger.get(key)
+        if record is None or not record.requested_by:
+            return 0
+        mine = (record.created_at, record.key)
+        ahead = sum(1 for r in self.ledger.in_states(QUEUED)
+                    if r.requested_by == record.requested_by and (r.created_at, r.key) < mine)
+        return -min(ahead, FAIR_DEPTH)
 
     def recover(self, box: str, box_lock_path, stale_after: float) -> list[str]:
         """Make every job the ledger says is unfinished reachable by a message again.
