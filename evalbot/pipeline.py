@@ -131,7 +131,8 @@ def score_refs(
     else:
         candidate = gitops.Candidate(tree=gitops.git(repo, "rev-parse", f"{pinned.head_sha}^{{tree}}").strip(),
                                      commit=pinned.head_sha)
-    fields.update(candidate_sha=candidate.commit, candidate_tree=candidate.tree)
+    fields.update(candidate_sha=candidate.commit, candidate_tree=candidate.tree,
+                  drafter_tree=gitops.subtree(repo, candidate.commit, gitops.SHIPPED_DRAFTER))
     if pr_number is not None:
         fields.update(pr_scoring=scorings.pr_tree_number(docs, settings.repo or str(repo), pr_number, pinned.base_sha, candidate.tree))
     ruler = scorings.ruler_digest(settings.scoring_dump(), rounds=rounds, budget_s=budget_s, calibrate_first=calibrate_first)

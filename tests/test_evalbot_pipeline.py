@@ -110,6 +110,21 @@ def test_the_merge_into_mains_tip_is_measured_not_the_stale_head(repo):
     assert parents == [out.base_sha, out.head_sha]
 
 
+def test_the_receipts_drafter_is_the_tree_the_bot_read_not_what_the_pr_process_reported(repo):
+    """The PR's process reports its drafter's sha256 itself (it could name main's while shipping another):
+    the receipt's drafter subject is the git tree of the candidate's engine/dspark/weights, read by the bot."""
+    repo.branch("new-drafter", knobs=FAST, files={"engine/dspark/weights/d/model.bin": "weights v2\n"})
+    out = score(repo, "new-drafter")
+    want = gitops.git(repo.path, "rev-parse", f"{out.candidate_sha}:engine/dspark/weights").strip()
+    assert out.drafter_tree == want
+    statement = json.loads(base64.b64decode(json.loads(out.receipt.envelope)["payload"]))
+    subjects = {s["name"]: s["digest"] for s in statement["subject"]}
+    assert subjects["drafter"] == {"gitTree": want}
+    reported = out.measurements.drafter_sha256
+    assert reported and {"sha256": reported} not in subjects.values()
+    assert score(repo, "main").drafter_tree == ""  # main ships none in this repo: no subject, no guess
+
+
 def test_a_pr_that_does_not_merge_needs_a_rebase(repo):
     repo.branch("fast", knobs=FAST)
     repo.commit("main: other knobs", knobs={"tau": 3.0})

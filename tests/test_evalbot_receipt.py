@@ -48,7 +48,13 @@ def test_statement_shape():
     assert digests["git+head:pr"] == {"gitCommit": "b" * 40}
     assert digests["git+base:main"] == {"gitCommit": "a" * 40}
     assert digests["harness"] == {"sha256": "c" * 64}
-    assert digests["model"] == {"sha256": "11" * 32} and digests["drafter"] == {"sha256": "22" * 32}
+    assert digests["model"] == {"sha256": "11" * 32} and "drafter" not in digests  # no drafter tree read
+    st = receipt.build_statement(outcome(drafter_tree="d" * 40), {"x": 1})
+    digests = {s["name"]: s["digest"] for s in st["subject"]}
+    # the drafter subject is the tree the bot read from the candidate commit; the PR process's own report of
+    # its drafter's sha256 (22...) stays in the measurements, never a subject
+    assert digests["drafter"] == {"gitTree": "d" * 40} and st["predicate"]["code"]["drafter_tree"] == "d" * 40
+    assert {"sha256": "22" * 32} not in digests.values()
     p = st["predicate"]
     assert {"environment", "measurements", "gates", "verdict", "timestamps", "method", "code"} <= set(p)
     assert p["verdict"]["tier"] == "S" and p["timestamps"]["finished_at"] == "2026-01-01T00:10:00Z"

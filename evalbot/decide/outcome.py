@@ -66,6 +66,9 @@ class ScoreOutcome(BaseModel):
     harness_digest: str = ""
     candidate_sha: str = ""  # what was measured for the PR: the merge of its head into main's tip
     candidate_tree: str = ""
+    # the candidate's shipped drafter files (gitops.SHIPPED_DRAFTER) as a git tree id, read by the bot from the
+    # commit; the drafter sha256 in the measurements is what the PR's own process reported
+    drafter_tree: str = ""
     engine_digest: str = ""  # main's measured code (engine/, kernels/, harness/): the noise floor's key
     profile: str
     rounds: int = 0
@@ -110,6 +113,7 @@ class ScoreOutcome(BaseModel):
             "harness_digest": self.harness_digest,
             "candidate_sha": self.candidate_sha,
             "candidate_tree": self.candidate_tree,
+            "drafter_tree": self.drafter_tree,
             "profile": self.profile,
             "rounds": self.rounds,
             "pr_scoring": self.pr_scoring,

@@ -299,6 +299,15 @@ def merge_candidate(repo: Path, base_sha: str, head_sha: str) -> Candidate:
 
 
 MEASURED_CODE = ("engine/", "kernels/", "harness/")
+SHIPPED_DRAFTER = "engine/dspark/weights"  # where main's engine keeps the drafter it loads by default
+
+
+def subtree(repo: Path, sha: str, path: str) -> str:
+    """The git tree id of `path` in commit `sha`, read by the bot from the object store ("" when absent)."""
+    try:
+        return git(repo, "rev-parse", "--verify", "--quiet", f"{sha}:{path}").strip()
+    except GitError:
+        return ""
 
 
 def code_digest(repo: Path, sha: str, prefixes: Sequence[str] = MEASURED_CODE) -> str:

@@ -78,8 +78,8 @@ def build_statement(outcome: ScoreOutcome, settings_dump: dict[str, Any]) -> dic
         subjects.append(_subject("harness", "sha256", outcome.harness_digest))
     if m is not None and m.model_sha256:
         subjects.append(_subject("model", "sha256", m.model_sha256))
-    if m is not None and m.drafter_sha256:
-        subjects.append(_subject("drafter", "sha256", m.drafter_sha256))
+    if outcome.drafter_tree:  # read by the bot from the candidate commit, never a PR process's own report
+        subjects.append(_subject("drafter", "gitTree", outcome.drafter_tree))
     v = outcome.verdict
     predicate = {
         "bot": {"name": "dspark-evalbot", "schema": 2},
@@ -95,6 +95,7 @@ def build_statement(outcome: ScoreOutcome, settings_dump: dict[str, Any]) -> dic
             "harness_digest": outcome.harness_digest,
             "candidate_sha": outcome.candidate_sha,
             "candidate_tree": outcome.candidate_tree,
+            "drafter_tree": outcome.drafter_tree,
             "engine_digest": outcome.engine_digest,
             "pr_scoring": outcome.pr_scoring,
             "tree_scorings": outcome.tree_scorings,
