@@ -88,6 +88,7 @@ def score_refs(
     calibrate_first: bool = True,
     rescore: bool = False,
     scorings_docs: scorings.Docs | None = None,
+    claimant: scorings.Claimant | None = None,
 ) -> ScoreOutcome:
     """Score `head` against `base` in `repo` and return everything the run produced.
 
@@ -137,11 +138,24 @@ def score_refs(
         fields.update(pr_scoring=scorings.pr_tree_number(docs, settings.repo or str(repo), pr_number, pinned.base_sha, candidate.tree))
     ruler = scorings.ruler_digest(settings.scoring_dump(), rounds=rounds, budget_s=budget_s, calibrate_first=calibrate_first)
     tree = scorings.TreeKey(pinned.base_sha, candidate.tree, pinned.harness_digest, profile, ruler)
+    # one measurement of a tree at a time, on every box: a second waits (TreeBusy), then finds its verdict
+    with scorings.measuring(docs, tree, claimant or scorings.local_claimant()):
+        return _score_tree(repo, pinned, candidate.commit, tree, docs, fields, settings, engine=engine, state_dir=state_dir,
+                           key=key, rounds=rounds, budget_s=budget_s, progress=progress, environ=environ,
+                           calibrate_first=calibrate_first, rescore=rescore)
+
+
+def _score_tree(repo: Path, pinned: PinnedHarness, candidate_sha: str, tree: scorings.TreeKey, docs: scorings.Docs, fields: dict,
+                settings: Settings, *, engine: str, state_dir: Path, key: Ed25519PrivateKey | None, rounds: int | None,
+                budget_s: float | None, progress: ProgressSink | None, environ: Mapping[str, str] | None,
+                calibrate_first: bool, rescore: bool) -> ScoreOutcome:
+    """score_refs's measurement of the candidate tree, under its claim: re-issued when measured before."""
     earlier = scorings.load_scorings(docs, tree)
     if earlier and not rescore:
         return _finish(_reissue(scorings.effective(earlier, settings.tiers), fields, len(earlier), None), settings,
                        state_dir, key)
 
+    box, profile = fields["box"], tree.profile
     noise = load_noise_floor(state_dir, box, profile, engine)
     calibrated_now = False
     if noise is None and calibrate_first:
@@ -149,7 +163,7 @@ def score_refs(
         calibrated_now = True
     elif noise is None:
         noise = NoiseFloor.default(box, profile, settings.stats.default_noise_floor, engine)
-    records = run_campaign(repo, pinned, {"base": pinned.base_sha, "head": candidate.commit}, settings, profile,
+    records = run_campaign(repo, pinned, {"base": pinned.base_sha, "head": candidate_sha}, settings, profile,
                            noise=noise, rounds=rounds, budget_s=budget_s, progress=progress, environ=environ)
     m = summarize(records, noise=noise, integrity=settings.integrity)
     outcome = ScoreOutcome(verdict=decide(m, settings), measurements=m, rounds=m.rounds, calibrated_now=calibrated_now,

@@ -173,10 +173,10 @@ def test_boxes_sharing_a_ledger_share_one_verdict_per_tree(repo, tmp_path, monke
     import shutil
 
     from evalbot.bot.jobs.ledger_stores import SqliteLedger
-    from evalbot.decide.scorings import KvDocs
+    from evalbot.bot.worker.scoring import shared_scorings
 
     ledger = SqliteLedger(tmp_path / "shared.sqlite3")
-    docs = KvDocs(lambda n: ledger.get_doc("scorings", n), lambda n, t: ledger.set_doc("scorings", n, t))
+    docs = shared_scorings(ledger)
     repo.branch("fast", knobs=FAST)
     first = score(repo, "fast", pr_number=1, scorings_docs=docs)
     assert not first.reused_from_head and ledger.get_doc("scorings", "nothing") is None
@@ -187,6 +187,53 @@ def test_boxes_sharing_a_ledger_share_one_verdict_per_tree(repo, tmp_path, monke
                                 calibrate_first=False, pr_number=1, scorings_docs=docs)
     assert again.reused_from_head == first.head_sha and again.verdict.tier == first.verdict.tier
     assert not (other_box / ".evalbot" / "scorings").exists()
+
+
+def test_a_tree_another_box_is_measuring_waits_for_that_verdict(repo, tmp_path, monkeypatch):
+    """Two boxes, one ledger, the same candidate tree at the same moment (two PRs with the same code): without
+    the claim both measured it, each published its own reading (a best-of-two), and one store overwrote the
+    other. Now the second waits (TreeBusy, its job goes back to the queue) and then re-issues the first's
+    verdict; a claim whose owner died is taken over."""
+    import shutil
+
+    from evalbot.bot.jobs.ledger_stores import SqliteLedger
+    from evalbot.bot.worker.scoring import shared_scorings
+    from evalbot.decide.scorings import Claimant, TreeBusy
+
+    ledger = SqliteLedger(tmp_path / "shared.sqlite3")
+    docs = shared_scorings(ledger)
+    repo.branch("fast", knobs=FAST)
+    repo.branch("fast-twin", start="fast", message="the same code, another PR")
+    other_box = tmp_path / "box-b"
+    shutil.copytree(repo.path, other_box, ignore=shutil.ignore_patterns(".evalbot"))
+    box_a = Claimant("job-a", alive=lambda owner: False)
+    box_b = Claimant("job-b", alive=lambda owner: owner == "job-a")  # box A's job is running
+
+    def on_box_b(**kw):
+        return pipeline.score_refs(other_box, "main", "fast-twin", profile="cpu", settings=settings(), rounds=ROUNDS,
+                                   calibrate_first=False, pr_number=2, scorings_docs=docs, claimant=box_b, **kw)
+
+    campaign, waited = pipeline.run_campaign, []
+
+    def campaign_while_box_b_tries(*a, **kw):
+        with pytest.raises(TreeBusy, match="another scoring of this tree"):
+            on_box_b()
+        waited.append(True)
+        return campaign(*a, **kw)
+
+    monkeypatch.setattr(pipeline, "run_campaign", campaign_while_box_b_tries)
+    first = score(repo, "fast", pr_number=1, scorings_docs=docs, claimant=box_a)
+    assert waited and first.verdict.status == "scored" and not first.reused_from_head
+    _no_measuring(monkeypatch)
+    again = on_box_b()  # box A is done: its claim is gone, its verdict is re-issued
+    assert again.reused_from_head == first.head_sha and again.verdict.tier == first.verdict.tier
+    assert again.tree_scorings == 1
+    # a claim left by a box that died mid-measurement is taken over (its owner is not alive)
+    monkeypatch.setattr(pipeline, "run_campaign", campaign)
+    name = next(n for n in ledger._kv_items("doc:scorings") if not n.startswith("pr-"))
+    assert ledger.insert_doc("scorings", f"claim-{name}", '{"owner": "job-dead"}')
+    rescored = on_box_b(rescore=True)
+    assert rescored.tree_scorings == 2 and ledger.get_doc("scorings", f"claim-{name}") is None
 
 
 def test_a_forced_rescore_measures_again_but_never_raises_the_tier(repo, monkeypatch):

@@ -23,6 +23,7 @@ from evalbot.bot.jobs.queue import JobQueue, make_huey, make_ledger
 from evalbot.settings import load_settings
 from evalbot.bot.worker.secrets import SECRET_ENV_VARS, scrub_secrets_from_environment
 from evalbot.bot.worker.worker import Worker
+from evalbot.decide.scorings import TreeBusy
 from fakegithub import FakeGitHub, fake_sha
 from fakegithub.helpers import basic_publisher, fake_outcome
 
@@ -62,12 +63,16 @@ class Rig:
         self.tiers: dict[int, tuple[str, float]] = {}
         self.scored: list[str] = []
         self.fail_scorer = 0
+        self.busy_tree = 0
         self.worker = Worker(self.queue, lambda repo: self.forge, self.score, basic_publisher, settings, clock=self.clock)
         self.queue.bind(self.worker)
 
     def score(self, job, progress):
         progress("measuring")
         self.scored.append(job.key)
+        if self.busy_tree:
+            self.busy_tree -= 1
+            raise TreeBusy("another scoring of this tree against this main is measuring it (job-on-box-b)")
         if self.fail_scorer:
             self.fail_scorer -= 1
             raise RuntimeError("GPU fell off the bus")
@@ -241,6 +246,18 @@ def test_one_scorer_error_then_success(rig):
     rig.queue.submit_score(rig.job(1))
     rig.run()
     assert rig.ledger.get(rig.job(1).key).state == DONE and len(rig.scored) == 2
+
+
+def test_a_tree_measured_by_another_box_waits_unspent(rig):
+    """TreeBusy (another box measures this very candidate tree): the job goes back to the queue after
+    busy_retry_seconds without spending an attempt, however long the other box takes, then scores."""
+    rig.pull(1)
+    rig.busy_tree = 5  # more than max_attempts (3)
+    rig.queue.submit_score(rig.job(1))
+    rig.run(include_scheduled_within=3)
+    record = rig.ledger.get(rig.job(1).key)
+    assert record.state == DONE and len(rig.scored) == 6 and record.attempts == 1
+    assert sorted(rig.gh.labels_on(REPO, 1)) == ["eval-dspark:M", "eval:M"]
 
 
 def test_a_failed_publication_keeps_the_verdict_and_the_sweeper_publishes_it(rig):

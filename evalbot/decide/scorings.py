@@ -21,8 +21,10 @@ import hashlib
 import json
 import logging
 import os
+import socket
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol
@@ -30,6 +32,7 @@ from typing import Protocol
 from pydantic import ValidationError
 
 from evalbot.decide.outcome import ScoreOutcome
+from evalbot.errors import EvalbotError
 from evalbot.settings.tiers import TierSettings
 
 log = logging.getLogger("evalbot.scorings")
@@ -74,6 +77,12 @@ class Docs(Protocol):
 
     def write_text(self, name: str, text: str) -> None: ...
 
+    def insert_text(self, name: str, text: str) -> bool:
+        """Write only if no document has that name (atomically); False when one has."""
+        ...
+
+    def delete(self, name: str) -> None: ...
+
 
 class FileDocs:
     """`<state dir>/scorings/<name>.json`, written atomically."""
@@ -94,12 +103,91 @@ class FileDocs:
             f.write(text)
         os.replace(tmp, self.dir / f"{name}.json")
 
+    def insert_text(self, name: str, text: str) -> bool:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(self.dir / f"{name}.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        return True
+
+    def delete(self, name: str) -> None:
+        (self.dir / f"{name}.json").unlink(missing_ok=True)
+
 
 class KvDocs:
-    """Any string store, e.g. the ledger's (`Ledger.get_doc` / `set_doc` of one namespace)."""
+    """Any string store, e.g. the ledger's (`Ledger.get_doc`, `set_doc`, `insert_doc`, `delete_doc` of one
+    namespace)."""
 
-    def __init__(self, get: Callable[[str], str | None], put: Callable[[str, str], None]):
+    def __init__(self, get: Callable[[str], str | None], put: Callable[[str, str], None],
+                 insert: Callable[[str, str], bool], delete: Callable[[str], None]):
         self.read_text, self.write_text = get, put  # type: ignore[method-assign]
+        self.insert_text, self.delete = insert, delete  # type: ignore[method-assign]
+
+
+# -- one measurement of a tree at a time ------------------------------------------------------------
+class TreeBusy(EvalbotError):
+    """Another scoring of the same tree against the same main is measuring it now: this one must wait, then
+    find that scoring's verdict (two boxes measuring one tree side by side would be a best-of-two)."""
+
+
+@dataclass(frozen=True)
+class Claimant:
+    """Who measures (`owner`), and how to tell whether another claim's owner is still measuring (`alive`):
+    a claim whose owner is not alive (a box or process that died mid-measurement) is taken over."""
+
+    owner: str
+    alive: Callable[[str], bool]
+
+
+def local_claimant() -> Claimant:
+    """A process on this host (the CLI): a claim is alive while its process runs."""
+    host = socket.gethostname()
+
+    def alive(owner: str) -> bool:
+        claim_host, _, pid = owner.rpartition(":")
+        if claim_host != host or not pid.isdigit():
+            return claim_host != host  # another host's claim on a shared state dir: not ours to judge
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return False
+        except OSError:
+            return True
+        return True
+
+    return Claimant(f"{host}:{os.getpid()}", alive)
+
+
+@contextmanager
+def measuring(where: Path | Docs, key: TreeKey, claimant: Claimant) -> Iterator[None]:
+    """Hold the tree's claim while it is measured and stored: raises TreeBusy while another claimant that is
+    alive holds it; released on the way out, however the measurement ends."""
+    docs, name = _docs(where), f"claim-{key.digest()}"
+    mine = json.dumps({"owner": claimant.owner})
+    if not docs.insert_text(name, mine):
+        held = _claim_owner(docs.read_text(name))
+        if held not in (None, claimant.owner) and claimant.alive(held):
+            raise TreeBusy(f"another scoring of this tree against this main is measuring it ({held}); "
+                           "this one waits for its verdict")
+        docs.delete(name)  # its owner died mid-measurement (or it was ours): taken over
+        if not docs.insert_text(name, mine):
+            raise TreeBusy("another scoring of this tree took its claim over at the same moment; this one waits")
+    try:
+        yield
+    finally:
+        if _claim_owner(docs.read_text(name)) == claimant.owner:
+            docs.delete(name)
+
+
+def _claim_owner(text: str | None) -> str | None:
+    try:
+        owner = json.loads(text)["owner"] if text else None
+    except (ValueError, TypeError, KeyError):
+        return ""  # unreadable: nobody's, taken over
+    return owner if isinstance(owner, str) else ""
 
 
 def _docs(where: Path | Docs) -> Docs:

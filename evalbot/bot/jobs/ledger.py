@@ -282,6 +282,13 @@ class Ledger:
     def set_doc(self, namespace: str, name: str, text: str) -> None:
         self._kv_set(f"doc:{namespace}", name, text)
 
+    def insert_doc(self, namespace: str, name: str, text: str) -> bool:
+        """Write a document only if none has that name (one atomic step on every backend)."""
+        return self._kv_insert(f"doc:{namespace}", name, text)
+
+    def delete_doc(self, namespace: str, name: str) -> None:
+        self._kv_delete(f"doc:{namespace}", name)
+
     def get_flag(self, name: str) -> str | None:
         return self._kv_get("flag", name)
 

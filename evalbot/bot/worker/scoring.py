@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import importlib
 import logging
+import time
 from collections.abc import Callable
 
+from evalbot.bot.jobs.ledger import RUNNING, Ledger
 from evalbot.bot.jobs.model import FORCED_REASONS, ScoreJob
+from evalbot.bot.jobs.queue import make_ledger
 from evalbot.bot.worker.progress import Progress, RunnerProgress
 from evalbot.decide.outcome import ScoreOutcome
+from evalbot.decide.scorings import Claimant, KvDocs
 from evalbot.errors import ConfigError
 from evalbot.forge.base import Forge
 from evalbot.settings import Settings
@@ -43,7 +47,8 @@ def pipeline_scorer(settings: Settings) -> Scorer:
     from evalbot.measure.device import profile_for
 
     checkout = settings.checkout_dir.resolve()
-    docs = shared_scorings(settings) if settings.redis_url else None  # many boxes: one verdict per tree for all
+    ledger = make_ledger(settings) if settings.redis_url else None
+    docs = shared_scorings(ledger) if ledger else None  # many boxes: one verdict per tree for all
 
     def score(job: ScoreJob, progress: Progress) -> ScoreOutcome:
         progress("fetching main and the pull request")
@@ -55,18 +60,26 @@ def pipeline_scorer(settings: Settings) -> Scorer:
             harness_ref=f"{settings.remote}/{settings.main_branch}",
             rescore=job.reason in FORCED_REASONS,  # else a tree measured before gets that verdict again
             scorings_docs=docs,
+            claimant=ledger_claimant(ledger, job.key, settings.stale_after_seconds) if ledger else None,
         )
 
     return score
 
 
-def shared_scorings(settings: Settings):
+def shared_scorings(ledger: Ledger) -> KvDocs:
     """The scorings of each candidate tree in the ledger the bot's boxes share (Redis)."""
-    from evalbot.bot.jobs.queue import make_ledger
-    from evalbot.decide.scorings import KvDocs
+    return KvDocs(lambda name: ledger.get_doc("scorings", name), lambda name, text: ledger.set_doc("scorings", name, text),
+                  lambda name, text: ledger.insert_doc("scorings", name, text), lambda name: ledger.delete_doc("scorings", name))
 
-    ledger = make_ledger(settings)
-    return KvDocs(lambda name: ledger.get_doc("scorings", name), lambda name, text: ledger.set_doc("scorings", name, text))
+
+def ledger_claimant(ledger: Ledger, job_key: str, stale_after: float, clock: Callable[[], float] = time.time) -> Claimant:
+    """A tree's claim held by a score job: alive while that job runs with a fresh heartbeat (a dead box's
+    job stops beating, and its claim is taken over after `stale_after` seconds, as the job itself is)."""
+    def alive(owner: str) -> bool:
+        record = ledger.get(owner)
+        return record is not None and record.state == RUNNING and clock() - record.heartbeat_at < stale_after
+
+    return Claimant(job_key, alive)
 
 
 def pipeline_publisher(settings: Settings) -> Publisher:

@@ -28,6 +28,7 @@ from evalbot.bot.worker.interrupt import ScoringGuard, ScoringInterrupted, Scori
 from evalbot.bot.worker.progress import CheckRunProgress
 from evalbot.bot.worker.scoring import Publisher, Scorer
 from evalbot.decide.outcome import ScoreOutcome
+from evalbot.decide.scorings import TreeBusy
 from evalbot.forge.base import CHECK_NAME, Forge
 from evalbot.forge.github_retry import ForgeUnavailable
 from evalbot.history.adapter import history_entry, record_scoring
@@ -155,6 +156,11 @@ class Worker:
             return f"superseded while scoring: {exc}"
         except ScoringInterrupted:
             return self._interrupted(record, forge, check_id())
+        except TreeBusy as exc:  # another box measures this very tree now: wait for its verdict, unspent
+            if self.ledger.release(record.key, self.worker_id, self.clock(), f"waiting: {exc}",
+                                   attempts=max(0, record.attempts - 1)):
+                self.queue.enqueue_key(record.key, delay=self.settings.busy_retry_seconds)
+            return f"waiting: {exc}"
         except Exception as exc:
             metrics.record_duration(self.ledger, time.monotonic() - started, profile=self._profile(), status="infra_error")
             return self._infra_failure(record, forge, exc, check_id=check_id())
