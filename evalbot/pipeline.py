@@ -14,6 +14,8 @@ processes or the bot's own environment -> an infrastructure-error verdict, never
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -139,10 +141,29 @@ def score_refs(
     ruler = scorings.ruler_digest(settings.scoring_dump(), rounds=rounds, budget_s=budget_s, calibrate_first=calibrate_first)
     tree = scorings.TreeKey(pinned.base_sha, candidate.tree, pinned.harness_digest, profile, ruler)
     # one measurement of a tree at a time, on every box: a second waits (TreeBusy), then finds its verdict
-    with scorings.measuring(docs, tree, claimant or scorings.local_claimant()):
+    with scorings.measuring(docs, tree, claimant or local_claimant()):
         return _score_tree(repo, pinned, candidate.commit, tree, docs, fields, settings, engine=engine, state_dir=state_dir,
                            key=key, rounds=rounds, budget_s=budget_s, progress=progress, environ=environ,
                            calibrate_first=calibrate_first, rescore=rescore)
+
+
+def local_claimant() -> scorings.Claimant:
+    """A process on this host (the CLI): a claim is alive while its process runs."""
+    host = socket.gethostname()
+
+    def alive(owner: str) -> bool:
+        claim_host, _, pid = owner.rpartition(":")
+        if claim_host != host or not pid.isdigit():
+            return claim_host != host  # another host's claim on a shared state dir: not ours to judge
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return False
+        except OSError:
+            return True
+        return True
+
+    return scorings.Claimant(f"{host}:{os.getpid()}", alive)
 
 
 def _score_tree(repo: Path, pinned: PinnedHarness, candidate_sha: str, tree: scorings.TreeKey, docs: scorings.Docs, fields: dict,

@@ -498,3 +498,17 @@ def test_publish_not_evaluated_clears_tier_labels(repo):
     assert "harness changed" in forge.comments(1)[0]["body"]
     # not evaluated must not pass a required check (neutral would): report/check_run.py, docs/deploy.md
     assert forge.checks(out.head_sha)[0]["conclusion"] == "action_required"
+
+
+def test_the_clis_claim_is_alive_while_its_process_runs():
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    claimant = pipeline.local_claimant()
+    host = socket.gethostname()
+    assert claimant.owner == f"{host}:{os.getpid()}" and claimant.alive(claimant.owner)
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    assert not claimant.alive(f"{host}:{int(gone.stdout)}")  # a CLI run that died mid-measurement
+    assert not claimant.alive(f"{host}:garbage") and claimant.alive("another-host:1")

@@ -21,7 +21,6 @@ import hashlib
 import json
 import logging
 import os
-import socket
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -140,25 +139,6 @@ class Claimant:
 
     owner: str
     alive: Callable[[str], bool]
-
-
-def local_claimant() -> Claimant:
-    """A process on this host (the CLI): a claim is alive while its process runs."""
-    host = socket.gethostname()
-
-    def alive(owner: str) -> bool:
-        claim_host, _, pid = owner.rpartition(":")
-        if claim_host != host or not pid.isdigit():
-            return claim_host != host  # another host's claim on a shared state dir: not ours to judge
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            return False
-        except OSError:
-            return True
-        return True
-
-    return Claimant(f"{host}:{os.getpid()}", alive)
 
 
 @contextmanager
