@@ -31,11 +31,13 @@ REPO = "octo/dspark"
 
 
 class Clock:
+    """The worker's clock: moves with real time (huey's delays are real seconds), and tests jump it ahead."""
+
     def __init__(self):
-        self.now = 1_000_000.0
+        self.now, self.t0 = 1_000_000.0, time.monotonic()
 
     def __call__(self):
-        return self.now
+        return self.now + (time.monotonic() - self.t0)
 
 
 @pytest.fixture(scope="module")
@@ -111,22 +113,70 @@ def test_a_job_is_scored_and_published(rig):
     assert any(path.startswith("receipts/pr-1/") for (branch, path) in rig.repo.files if branch == "evalbot-receipts")
 
 
+def _as(rig, number, who):
+    return rig.job(number).model_copy(update={"requested_by": who})
+
+
 def test_one_requesters_burst_does_not_hold_another_requesters_job(rig):
     """Fair queuing: a contributor's burst of PRs queued first, then another contributor's PR: the second
     contributor's job runs after the burst's first job, not after all of it."""
     for n in (1, 2, 3, 4):
         rig.pull(n)
-    burst = [rig.job(n).model_copy(update={"requested_by": "flood-bot"}) for n in (1, 2, 3)]
+    burst = [_as(rig, n, "flood-bot") for n in (1, 2, 3)]
     for job in burst:
         rig.clock.now += 1
         assert rig.queue.submit_score(job)
     rig.clock.now += 1
-    other = rig.job(4).model_copy(update={"requested_by": "newcomer"})
+    other = _as(rig, 4, "newcomer")
     assert rig.queue.submit_score(other)
-    assert [rig.queue.fair_priority(j.key) for j in (*burst, other)] == [0, -1, -2, 0]
+    assert [r.key for r in rig.queue.fair_order(rig.clock())] == [burst[0].key, other.key, burst[1].key, burst[2].key]
     rig.run()
     assert rig.scored == [burst[0].key, other.key, burst[1].key, burst[2].key]
     assert all(rig.ledger.get(j.key).state == DONE for j in (*burst, other))
+
+
+def test_a_requester_who_keeps_one_job_waiting_cannot_starve_anothers_second(rig):
+    """The order is decided when a job is taken, not when it was queued: a requester who queues a new job the
+    moment each of theirs starts (one always waiting, each its first) does not push back another
+    requester's second PR for ever (it did with priorities fixed at enqueue)."""
+    for n in range(1, 9):
+        rig.pull(n)
+    victim = [_as(rig, n, "victim") for n in (1, 2)]
+    for job in victim:
+        rig.clock.now += 1
+        rig.queue.submit_score(job)
+    numbers = iter(range(3, 9))
+
+    def one_more():
+        if (n := next(numbers, None)) is not None:
+            rig.clock.now += 1
+            rig.queue.submit_score(_as(rig, n, "flood-bot"))
+
+    one_more()
+    score = rig.worker.scorer
+
+    def scoring(job, progress):
+        if job.requested_by == "flood-bot":
+            one_more()  # another one queued the moment one starts
+        return score(job, progress)
+
+    rig.worker.scorer = scoring
+    rig.run()
+    assert rig.scored[0] == victim[0].key and rig.scored[2] == victim[1].key and len(rig.scored) == 8
+    assert rig.scored[1].startswith(f"{REPO}#3@")  # the round robin: victim, flood-bot, victim
+
+
+def test_a_reopened_job_goes_to_the_back_of_its_requesters_line(rig):
+    for n in (1, 2, 3):
+        rig.pull(n)
+    jobs = [_as(rig, n, "author") for n in (1, 2, 3)]
+    for job in jobs:
+        rig.clock.now += 1
+        rig.ledger.submit(job, rig.clock())
+    rig.ledger.finish(jobs[0].key, SUPERSEDED, rig.clock(), "a newer head")
+    rig.clock.now += 1
+    assert rig.ledger.submit(jobs[0].model_copy(update={"reason": "synchronize"}), rig.clock(), force=True)
+    assert [r.key for r in rig.queue.fair_order(rig.clock())] == [jobs[1].key, jobs[2].key, jobs[0].key]
 
 
 def test_the_same_job_twice_is_scored_once(rig):

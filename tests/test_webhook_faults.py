@@ -25,16 +25,16 @@ def hook(tmp_path):
 def test_a_failed_queue_write_does_not_strand_the_job(hook, monkeypatch):
     """Fails without the fix: the redelivery heard "already queued" and no message was ever written,
     so nothing ran until a worker restarted (and recovered every queued job)."""
-    enqueue = hook.queue.huey.enqueue
+    task = hook.queue._score_task
     calls = {"n": 0}
 
     def flaky(*args, **kwargs):
         calls["n"] += 1
         if calls["n"] == 1:
             raise ConnectionError("redis went away mid-delivery")
-        return enqueue(*args, **kwargs)
+        return task(*args, **kwargs)
 
-    monkeypatch.setattr(hook.queue.huey, "enqueue", flaky)
+    monkeypatch.setattr(hook.queue, "_score_task", flaky)
     data = payload("pull_request.opened")
     first = hook.post("pull_request", data, delivery="d-strand")
     assert first.status_code == 503 and "redeliver" in first.json()["error"]

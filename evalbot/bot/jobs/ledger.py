@@ -50,6 +50,7 @@ class JobRecord:
     updated_at: float = 0.0
     enqueued: int = 0  # 1 once a queue message for this (re)submission was written
     forge_waits: int = 0  # consecutive times GitHub was unreachable when the job was picked up
+    not_before: float = 0.0  # a job put back to wait (an outage, a retry, its tree measured elsewhere): not run earlier
 
     @property
     def job(self) -> ScoreJob:
@@ -154,7 +155,7 @@ class Ledger:
             {"state": FINISHED},
             {"state": QUEUED, "attempts": "0", "worker_id": "", "outcome": "", "publish_attempts": "0",
              "note": f"re-opened: {job.reason}", "reason": job.reason, "requested_by": job.requested_by,
-             "check_id": "", "enqueued": "0", "forge_waits": "0", "updated_at": repr(now)},
+             "check_id": "", "enqueued": "0", "forge_waits": "0", "not_before": "0.0", "updated_at": repr(now)},
         )
         if reopened:
             self._kv_delete("check", job.key)  # the re-opened job gets a check run of its own
@@ -174,10 +175,11 @@ class Ledger:
         return self._update(key, {"state": (RUNNING,), "worker_id": (worker_id,)}, {"heartbeat_at": repr(now)})
 
     def release(self, key: str, worker_id: str, now: float, note: str, *, attempts: int | None = None,
-                forge_waits: int | None = None) -> bool:
+                forge_waits: int | None = None, not_before: float = 0.0) -> bool:
         """running -> queued (an infrastructure error to retry). `attempts` resets the count of scoring
-        attempts (an attempt that never reached the scorer is given back); `forge_waits` counts outages."""
-        changes = {"state": QUEUED, "worker_id": "", "note": note, "updated_at": repr(now)}
+        attempts (an attempt that never reached the scorer is given back); `forge_waits` counts outages;
+        `not_before`: the job is not run before then (its own delayed message comes then)."""
+        changes = {"state": QUEUED, "worker_id": "", "note": note, "updated_at": repr(now), "not_before": repr(not_before)}
         if attempts is not None:
             changes["attempts"] = str(attempts)
         if forge_waits is not None:
@@ -236,6 +238,24 @@ class Ledger:
 
     def in_states(self, *states: str) -> list[JobRecord]:
         return [r for r in self.records() if r.state in states]
+
+    def mark_served(self, requester: str, now: float) -> None:
+        """A job of `requester` started now (the queue's round robin: `JobQueue.fair_order`)."""
+        self._kv_set("served", requester, repr(now))
+
+    def served(self) -> dict[str, float]:
+        """When a job of each requester last started (a value that does not parse counts as never)."""
+        out = {}
+        for who, value in self._kv_items("served").items():
+            try:
+                out[who] = float(value)
+            except ValueError:
+                continue
+        return out
+
+    def queued(self) -> list[JobRecord]:
+        """The jobs waiting to run (a backend may select them without reading every finished job)."""
+        return self.in_states(QUEUED)
 
     def for_base(self, repo: str, base_sha: str) -> list[JobRecord]:
         return [r for r in self.records() if r.repo == repo and r.base_sha == base_sha]

@@ -9,7 +9,7 @@ import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from evalbot.bot.jobs.ledger import FIELD_TYPES, JobRecord, Ledger, LedgerBusy, record_from_strings
+from evalbot.bot.jobs.ledger import FIELD_TYPES, QUEUED, JobRecord, Ledger, LedgerBusy, record_from_strings
 
 
 @dataclass
@@ -94,6 +94,9 @@ class SqliteLedger(Ledger):
 
     def records(self):
         return self._records(self._exec("SELECT * FROM jobs ORDER BY created_at, key"))
+
+    def queued(self):
+        return self._records(self._exec("SELECT * FROM jobs WHERE state = ? ORDER BY created_at, key", (QUEUED,)))
 
     def _kv_insert(self, namespace, key, value):
         return self._exec("INSERT OR IGNORE INTO kv (ns, k, v) VALUES (?, ?, ?)", (namespace, key, value)).rowcount == 1

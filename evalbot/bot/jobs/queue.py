@@ -16,7 +16,7 @@ from huey.api import Huey
 from pydantic import ValidationError
 
 from evalbot.bot.jobs.boxlock import BoxLock
-from evalbot.bot.jobs.ledger import DONE, FAILED, QUEUED, SUPERSEDED, Ledger
+from evalbot.bot.jobs.ledger import DONE, FAILED, QUEUED, SUPERSEDED, JobRecord, Ledger
 from evalbot.bot.jobs.ledger_stores import RedisLedger, SqliteLedger
 from evalbot.bot.jobs.model import CHORE_ADAPTER, Action, AnnounceQueued, Chore, Republish, ScoreJob
 from evalbot.bot.jobs.serializer import JsonSerializer
@@ -29,7 +29,6 @@ SCORE_TASK = "evalbot.score"
 CHORE_TASK = "evalbot.chore"
 CHORE_PRIORITY = 10  # chores (comments, check runs, toggles) overtake waiting score jobs
 CHORE_RETRIES, CHORE_RETRY_DELAY = 5, 60
-FAIR_DEPTH = 100  # a requester's jobs waiting beyond this many share the lowest priority
 HEAD_CAME_BACK = ("synchronize", "reopened")  # a finished job submitted again for these: re-published (done) or re-scored (failed)
 
 
@@ -105,7 +104,7 @@ class JobQueue:
         return True
 
     def _enqueue_new(self, key: str) -> None:
-        self.enqueue_key(key)
+        self._score_task(key)
         self.ledger.mark_enqueued(key)
         self.submit_chore(AnnounceQueued(job_key=key))
 
@@ -117,26 +116,11 @@ class JobQueue:
             self._chore_task(data)
 
     def enqueue_key(self, key: str, *, delay: float | None = None) -> None:
-        """Put a message for a job the ledger already holds (new jobs, recovery, retries)."""
-        priority = self.fair_priority(key)
+        """Put a message for a job the ledger already holds (recovery, retries)."""
         if delay:
-            self._score_task.schedule(args=(key,), delay=delay, priority=priority)
+            self._score_task.schedule(args=(key,), delay=delay)
         else:
-            self.huey.enqueue(self._score_task.s(key, priority=priority))
-
-    def fair_priority(self, key: str) -> int:
-        """Fair queuing between requesters (the PR's author, or the maintainer who asked for a re-score): a
-        score job's message goes behind every job its requester already has waiting, priority -n for the
-        requester's n-th waiting job (huey runs higher priorities first, equal ones in order of arrival). So
-        one contributor's burst of PRs holds nobody else's: another requester's first job waits for at most one
-        job of each requester ahead of it, not for the whole burst. A job with no requester gets 0."""
-        record = self.ledger.get(key)
-        if record is None or not record.requested_by:
-            return 0
-        mine = (record.created_at, record.key)
-        ahead = sum(1 for r in self.ledger.in_states(QUEUED)
-                    if r.requested_by == record.requested_by and (r.created_at, r.key) < mine)
-        return -min(ahead, FAIR_DEPTH)
+            self._score_task(key)
 
     def recover(self, box: str, box_lock_path, stale_after: float) -> list[str]:
         """Make every job the ledger says is unfinished reachable by a message again.
@@ -164,6 +148,22 @@ class JobQueue:
         return unique
 
     # -- consumer side -----------------------------------------------------------------------------
+    def fair_order(self, now: float) -> list[JobRecord]:
+        """The queued jobs that may run now, in the order to run them: round robin between requesters
+        (whoever pushed the head or asked for the re-score, `ScoreJob.requested_by`), the requester served
+        longest ago first (`Ledger.served`: when a job of theirs last started), each requester's jobs in their
+        order of arrival. A message on the queue is a turn, not a claim on one job: the worker runs the first
+        of these (`Worker.run_score`). So a contributor's burst of fifty PRs makes another's first PR wait for
+        one of them, not fifty, and a requester who keeps queueing cannot keep anyone's job waiting for ever.
+        Jobs put back to wait (`not_before`) are left out until then."""
+        lines: dict[str, list[JobRecord]] = {}
+        for r in sorted((r for r in self.ledger.queued() if r.not_before <= now), key=lambda r: (r.updated_at, r.key)):
+            lines.setdefault(r.requested_by, []).append(r)
+        served = self.ledger.served()
+        turns = sorted(lines, key=lambda who: (served.get(who, 0.0), lines[who][0].updated_at, who))
+        depth = max((len(line) for line in lines.values()), default=0)
+        return [lines[who][i] for i in range(depth) for who in turns if i < len(lines[who])]
+
     def bind(self, handlers: QueueHandlers) -> None:
         self._handlers = handlers
 

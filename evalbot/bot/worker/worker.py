@@ -83,20 +83,31 @@ class Worker:
             return self._run_score(key)
 
     def _run_score(self, key: str) -> str:
-        record = self.ledger.get(key)
-        if record is None or record.state != QUEUED:
-            return f"skipped: {record.state if record else 'unknown job'}"
+        """A score message is a turn: it runs the first queued job in fair order (`JobQueue.fair_order`),
+        which need not be its own; every queued job has a message of its own, so each gets a turn."""
+        own = self.ledger.get(key)
+        waits = own is not None and own.state == QUEUED  # its message must not be lost while it waits
+        if not self.queue.fair_order(self.clock()):
+            if waits:  # put back to wait: its turn comes when it may run
+                raise RetryTask(delay=max(own.not_before - self.clock(), 0.05))
+            return f"skipped: {own.state if own else 'unknown job'}"
         if self.guard.stopping.is_set():  # stopping: leave it queued for the next worker
             raise RetryTask(delay=self.settings.busy_retry_seconds)
         lock = BoxLock(self.settings.box_lock_path)
         if not lock.try_acquire():
             raise RetryTask(delay=self.settings.busy_retry_seconds)  # this box is busy; any box may take it
         try:
-            if not self.ledger.claim(key, self.worker_id, self.clock()):
+            taken = next((r for r in self.queue.fair_order(self.clock())
+                          if self.ledger.claim(r.key, self.worker_id, self.clock())), None)
+            if taken is None:  # others took every one; its own, waiting still, keeps its message
+                if (latest := self.ledger.get(key)) is not None and latest.state == QUEUED:
+                    raise RetryTask(delay=max(latest.not_before - self.clock(), self.settings.busy_retry_seconds))
                 return "skipped: claimed by another worker"
-            beat = lambda: self.ledger.heartbeat(key, self.worker_id, self.clock())  # noqa: E731
-            with Heartbeat(beat, self.settings.heartbeat_seconds):
-                return self._score_claimed(self.ledger.get(key))
+            claimed = taken.key
+            self.ledger.mark_served(taken.requested_by, self.clock())
+            beat = lambda: self.ledger.heartbeat(claimed, self.worker_id, self.clock())  # noqa: E731
+            with structlog.contextvars.bound_contextvars(job=claimed), Heartbeat(beat, self.settings.heartbeat_seconds):
+                return self._score_claimed(self.ledger.get(claimed))
         finally:
             lock.release()
 
@@ -157,10 +168,7 @@ class Worker:
         except ScoringInterrupted:
             return self._interrupted(record, forge, check_id())
         except TreeBusy as exc:  # another box measures this very tree now: wait for its verdict, unspent
-            if self.ledger.release(record.key, self.worker_id, self.clock(), f"waiting: {exc}",
-                                   attempts=max(0, record.attempts - 1)):
-                self.queue.enqueue_key(record.key, delay=self.settings.busy_retry_seconds)
-            return f"waiting: {exc}"
+            return self._put_back(record, f"waiting: {exc}", self.settings.infra_retry_seconds, unspent=True)
         except Exception as exc:
             metrics.record_duration(self.ledger, time.monotonic() - started, profile=self._profile(), status="infra_error")
             return self._infra_failure(record, forge, exc, check_id=check_id())
@@ -205,12 +213,19 @@ class Worker:
         waits = record.forge_waits + 1
         delay = min(FORGE_RETRY_MAX_SECONDS, self.settings.forge_retry_seconds * 2 ** (waits - 1))
         note = f"GitHub unreachable when the job started ({type(exc).__name__}); trying again in {delay:.0f}s"
-        if self.ledger.release(record.key, self.worker_id, self.clock(), note, attempts=max(0, record.attempts - 1),
-                               forge_waits=waits):
-            self.queue.enqueue_key(record.key, delay=delay)
+        self._put_back(record, note, delay, unspent=True, forge_waits=waits)
         self.ledger.bump(metrics.counter_key("forge_outage_requeues"))
         log.warning("job %s: %s", record.key, note)
         return f"waiting for GitHub: {note}"
+
+    def _put_back(self, record: JobRecord, note: str, delay: float, *, unspent: bool = False, **counts: int) -> str:
+        """Back to the queue, to run again in `delay` seconds (not earlier, whoever's turn comes: `not_before`);
+        `unspent`: the attempt is given back."""
+        now = self.clock()
+        attempts = max(0, record.attempts - 1) if unspent else None
+        if self.ledger.release(record.key, self.worker_id, now, note, attempts=attempts, not_before=now + delay, **counts):
+            self.queue.enqueue_key(record.key, delay=delay)
+        return note
 
     def check_id_of(self, key: str) -> str:
         latest = self.ledger.get(key)
@@ -259,8 +274,7 @@ class Worker:
         log.error("job %s failed (attempt %d): %s", record.key, record.attempts, error)
         now = self.clock()
         if record.attempts < self.settings.max_attempts:
-            if self.ledger.release(record.key, self.worker_id, now, f"retrying after: {error}"):
-                self.queue.enqueue_key(record.key, delay=self.settings.infra_retry_seconds)
+            self._put_back(record, f"retrying after: {error}", self.settings.infra_retry_seconds)
             return f"retrying: {error}"
         self.ledger.finish(record.key, FAILED, now, error, worker_id=self.worker_id)
         tier_labels.clear(self, forge, record, "no verdict: infrastructure failure")
