@@ -148,18 +148,20 @@ def score_refs(
 
 
 def local_claimant() -> scorings.Claimant:
-    """A process on this host (the CLI): a claim is alive while its process runs."""
+    """A process on this host (the CLI, or the worker of a box without a shared ledger; the state dir is the
+    box's own): a claim is alive while its process runs here. Another host's claim was left by this box under
+    an earlier hostname (a re-created container): dead."""
     host = socket.gethostname()
 
     def alive(owner: str) -> bool:
         claim_host, _, pid = owner.rpartition(":")
         if claim_host != host or not pid.isdigit():
-            return claim_host != host  # another host's claim on a shared state dir: not ours to judge
+            return False
         try:
             os.kill(int(pid), 0)
         except ProcessLookupError:
             return False
-        except OSError:
+        except OSError:  # it exists, under another user
             return True
         return True
 

@@ -511,4 +511,77 @@ def test_the_clis_claim_is_alive_while_its_process_runs():
     assert claimant.owner == f"{host}:{os.getpid()}" and claimant.alive(claimant.owner)
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     assert not claimant.alive(f"{host}:{int(gone.stdout)}")  # a CLI run that died mid-measurement
-    assert not claimant.alive(f"{host}:garbage") and claimant.alive("another-host:1")
+    assert not claimant.alive(f"{host}:garbage")
+    assert not claimant.alive(f"another-host:{os.getpid()}")  # left by this box under an earlier hostname
+
+
+def test_a_tree_claim_is_taken_over_only_when_dead_and_by_one_taker(tmp_path):
+    from evalbot.decide import scorings
+    from evalbot.decide.scorings import Claimant, TreeBusy, TreeKey
+
+    docs, key = scorings.FileDocs(tmp_path), TreeKey("b" * 40, "t" * 40, "h", "cpu", "r")
+    name, now = f"claim-{key.digest()}", [1000.0]
+    alive = {"a": True}
+    mk = lambda who: Claimant(who, lambda owner: alive.get(owner, False), lambda: now[0])  # noqa: E731
+    with scorings.measuring(docs, key, mk("a")):
+        with pytest.raises(TreeBusy, match=r"measuring it \(a\)"):
+            with scorings.measuring(docs, key, mk("b")):
+                pass
+        now[0] += scorings.CLAIM_MAX_AGE_S + 1  # alive, but older than any scoring: a hung owner
+        with scorings.measuring(docs, key, mk("b")):
+            assert json.loads(docs.read_text(name))["owner"] == "b"
+        assert docs.read_text(name) is None  # b released it; a's exit leaves b's (or nobody's) claim alone
+    for junk in ("not json", '{"owner": 3}', "[]"):  # unreadable: nobody's
+        docs.write_text(name, junk)
+        with scorings.measuring(docs, key, mk("c")):
+            pass
+    # a takeover in progress (its lock fresh): wait; a takeover lock its taker left behind: cleared, then taken
+    docs.write_text(name, json.dumps({"owner": "dead", "at": now[0]}))
+    docs.write_text(f"{name}-takeover", json.dumps({"owner": "x", "at": now[0]}))
+    with pytest.raises(TreeBusy, match="taking its claim over"):
+        with scorings.measuring(docs, key, mk("d")):
+            pass
+    now[0] += scorings.TAKEOVER_MAX_AGE_S + 1
+    with pytest.raises(TreeBusy):
+        with scorings.measuring(docs, key, mk("d")):
+            pass
+    with scorings.measuring(docs, key, mk("d")):
+        assert docs.read_text(f"{name}-takeover") is None
+
+
+def test_a_workers_claim_is_alive_only_while_that_worker_runs_the_job(tmp_path):
+    from evalbot.bot.jobs.ledger_stores import SqliteLedger
+    from evalbot.bot.jobs.model import ScoreJob
+    from evalbot.bot.worker.scoring import ledger_claimant
+
+    ledger = SqliteLedger(tmp_path / "ledger.sqlite3")
+    job = ScoreJob(repo="o/r", pr_number=1, head_sha="a" * 40, base_sha="b" * 40)
+    now = [100.0]
+    ledger.submit(job, now[0])
+    assert ledger.claim(job.key, "box-a/1/w", now[0])
+    mine = ledger_claimant(ledger, "box-a/1/w", job.key, stale_after=120, clock=lambda: now[0])
+    assert mine.owner == f"box-a/1/w|{job.key}" and mine.alive(mine.owner)
+    assert not mine.alive(f"box-b/2/w|{job.key}")  # the same job run by another worker: not this claim's owner
+    now[0] += 121  # its heartbeat stopped: the box died
+    assert not mine.alive(mine.owner)
+
+
+def test_the_drafter_subject_is_a_directory_or_nothing(tmp_path):
+    import os
+    import subprocess
+
+    repo = tmp_path / "r"
+    (repo / "engine" / "dspark").mkdir(parents=True)
+    os.symlink("../../elsewhere", repo / "engine" / "dspark" / "weights")  # a PR's symlink: a blob, not a tree
+    run = lambda *a: subprocess.run(["git", *a], cwd=repo, check=True, capture_output=True, text=True).stdout  # noqa: E731
+    run("init", "-q")
+    run("add", "-A")
+    run("-c", "user.name=t", "-c", "user.email=t@e", "commit", "-qm", "symlink")
+    assert gitops.subtree(repo, "HEAD", gitops.SHIPPED_DRAFTER) == ""
+    (repo / "engine" / "dspark" / "weights").unlink()
+    (repo / "engine" / "dspark" / "weights").mkdir()
+    (repo / "engine" / "dspark" / "weights" / "w.bin").write_text("w")
+    run("add", "-A")
+    run("-c", "user.name=t", "-c", "user.email=t@e", "commit", "-qm", "dir")
+    assert gitops.subtree(repo, "HEAD", gitops.SHIPPED_DRAFTER) == run("rev-parse", "HEAD:engine/dspark/weights").strip()
+    assert gitops.subtree(repo, "HEAD", "no/such/dir") == ""

@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -132,13 +133,19 @@ class TreeBusy(EvalbotError):
     find that scoring's verdict (two boxes measuring one tree side by side would be a best-of-two)."""
 
 
+CLAIM_MAX_AGE_S = 12 * 3600.0  # no scoring measures this long: an older claim is a dead one's
+TAKEOVER_MAX_AGE_S = 60.0  # a takeover takes milliseconds: an older takeover lock is a dead taker's
+
+
 @dataclass(frozen=True)
 class Claimant:
-    """Who measures (`owner`), and how to tell whether another claim's owner is still measuring (`alive`):
-    a claim whose owner is not alive (a box or process that died mid-measurement) is taken over."""
+    """Who measures (`owner`, unique to this attempt), and how to tell whether another claim's owner is still
+    measuring (`alive`): a claim whose owner is not alive (a box or process that died mid-measurement), or
+    older than CLAIM_MAX_AGE_S, is taken over."""
 
     owner: str
     alive: Callable[[str], bool]
+    clock: Callable[[], float] = time.time
 
 
 @contextmanager
@@ -146,28 +153,47 @@ def measuring(where: Path | Docs, key: TreeKey, claimant: Claimant) -> Iterator[
     """Hold the tree's claim while it is measured and stored: raises TreeBusy while another claimant that is
     alive holds it; released on the way out, however the measurement ends."""
     docs, name = _docs(where), f"claim-{key.digest()}"
-    mine = json.dumps({"owner": claimant.owner})
+    mine = json.dumps({"owner": claimant.owner, "at": claimant.clock()})
     if not docs.insert_text(name, mine):
-        held = _claim_owner(docs.read_text(name))
-        if held not in (None, claimant.owner) and claimant.alive(held):
-            raise TreeBusy(f"another scoring of this tree against this main is measuring it ({held}); "
-                           "this one waits for its verdict")
-        docs.delete(name)  # its owner died mid-measurement (or it was ours): taken over
-        if not docs.insert_text(name, mine):
-            raise TreeBusy("another scoring of this tree took its claim over at the same moment; this one waits")
+        _take_over(docs, name, mine, claimant)
     try:
         yield
     finally:
-        if _claim_owner(docs.read_text(name)) == claimant.owner:
+        if _claim(docs.read_text(name))[0] == claimant.owner:
             docs.delete(name)
 
 
-def _claim_owner(text: str | None) -> str | None:
+def _take_over(docs: Docs, name: str, mine: str, claimant: Claimant) -> None:
+    """The claim is held: TreeBusy if its owner is alive; else replace it, one taker at a time (a takeover
+    lock, and the claim read again under it, so that two takers never both measure)."""
+    text = docs.read_text(name)
+    held, at = _claim(text)
+    if held and held != claimant.owner and claimant.clock() - at < CLAIM_MAX_AGE_S and claimant.alive(held):
+        raise TreeBusy(f"another scoring of this tree against this main is measuring it ({held}); "
+                       "this one waits for its verdict")
+    lock = f"{name}-takeover"
+    if not docs.insert_text(lock, mine):
+        if claimant.clock() - _claim(docs.read_text(lock))[1] > TAKEOVER_MAX_AGE_S:
+            docs.delete(lock)  # left by a taker that died: the next try takes over
+        raise TreeBusy("another scoring of this tree is taking its claim over; this one waits")
     try:
-        owner = json.loads(text)["owner"] if text else None
-    except (ValueError, TypeError, KeyError):
-        return ""  # unreadable: nobody's, taken over
-    return owner if isinstance(owner, str) else ""
+        taken = docs.read_text(name) != text  # replaced since it was judged: by another taker
+        if not taken:
+            docs.delete(name)
+        if taken or not docs.insert_text(name, mine):
+            raise TreeBusy("another scoring of this tree took its claim over first; this one waits")
+    finally:
+        docs.delete(lock)
+
+
+def _claim(text: str | None) -> tuple[str, float]:
+    """(owner, when) of a claim; ("", 0) when there is none or it does not parse (nobody's: taken over)."""
+    try:
+        raw = json.loads(text) if text else {}
+        owner, at = raw.get("owner", ""), float(raw.get("at", 0.0))
+    except (ValueError, TypeError, AttributeError):
+        return "", 0.0
+    return (owner, at) if isinstance(owner, str) else ("", 0.0)
 
 
 def _docs(where: Path | Docs) -> Docs:

@@ -303,8 +303,11 @@ SHIPPED_DRAFTER = "engine/dspark/weights"  # where main's engine keeps the draft
 
 
 def subtree(repo: Path, sha: str, path: str) -> str:
-    """The git tree id of `path` in commit `sha`, read by the bot from the object store ("" when absent)."""
+    """The git tree id of directory `path` in commit `sha`, read by the bot from the object store ("" when
+    absent, or not a directory: a symlink or a file there)."""
     try:
+        if git(repo, "cat-file", "-t", f"{sha}:{path}").strip() != "tree":
+            return ""
         return git(repo, "rev-parse", "--verify", "--quiet", f"{sha}:{path}").strip()
     except GitError:
         return ""

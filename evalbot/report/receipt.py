@@ -1,8 +1,9 @@
 """Polaris receipts: an in-toto Statement v1 in a DSSE envelope, signed with Ed25519.
 
 - Statement: `_type` https://in-toto.io/Statement/v1; subjects = head commit, base commit, harness
-  tree digest, model and drafter sha256; predicateType `PREDICATE_TYPE`; the predicate holds the
-  environment, method, measurements, gates, verdict and timestamps.
+  tree digest, model sha256 (main's process), and the candidate's shipped drafter directory as the bot read
+  it from git (gitTree; schema 3, was the PR process's own sha256 report); predicateType `PREDICATE_TYPE`;
+  the predicate holds the environment, method, measurements, gates, verdict and timestamps.
 - Envelope (DSSE v1): `payload` = base64 of the canonical statement JSON, `payloadType`
   application/vnd.in-toto+json, `signatures` = [{keyid, sig}], the signature over
   PAE(payloadType, payload) = "DSSEv1 <len> <type> <len> <payload>". No key -> no signatures
@@ -82,7 +83,7 @@ def build_statement(outcome: ScoreOutcome, settings_dump: dict[str, Any]) -> dic
         subjects.append(_subject("drafter", "gitTree", outcome.drafter_tree))
     v = outcome.verdict
     predicate = {
-        "bot": {"name": "dspark-evalbot", "schema": 2},
+        "bot": {"name": "dspark-evalbot", "schema": 3},
         "code": {
             "repo": outcome.repo,
             "pr": outcome.pr_number,

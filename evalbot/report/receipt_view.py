@@ -1,7 +1,7 @@
 """`evalbot receipt show FILE`: a receipt made readable. The envelope is decoded (not verified: that is
 `evalbot receipt verify --key`), and the statement is shown as a person reads it: what was scored,
 where and how, the verdict and its gates, the speedup of every round, the raw figures per workload
-cell and every request the bot timed (schema 2; a schema-1 receipt shows its harness runs). The predicate is read as plain JSON, field by field, so a receipt of an
+cell and every request the bot timed (schema 2 and 3; a schema-1 receipt shows its harness runs). The predicate is read as plain JSON, field by field, so a receipt of an
 older or newer schema still shows what it has."""
 
 from __future__ import annotations

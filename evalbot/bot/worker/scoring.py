@@ -60,7 +60,7 @@ def pipeline_scorer(settings: Settings) -> Scorer:
             harness_ref=f"{settings.remote}/{settings.main_branch}",
             rescore=job.reason in FORCED_REASONS,  # else a tree measured before gets that verdict again
             scorings_docs=docs,
-            claimant=ledger_claimant(ledger, job.key, settings.stale_after_seconds) if ledger else None,
+            claimant=_claimant(ledger, job.key, settings.stale_after_seconds) if ledger else None,
         )
 
     return score
@@ -72,14 +72,24 @@ def shared_scorings(ledger: Ledger) -> KvDocs:
                   lambda name, text: ledger.insert_doc("scorings", name, text), lambda name: ledger.delete_doc("scorings", name))
 
 
-def ledger_claimant(ledger: Ledger, job_key: str, stale_after: float, clock: Callable[[], float] = time.time) -> Claimant:
-    """A tree's claim held by a score job: alive while that job runs with a fresh heartbeat (a dead box's
-    job stops beating, and its claim is taken over after `stale_after` seconds, as the job itself is)."""
+def ledger_claimant(ledger: Ledger, worker_id: str, job_key: str, stale_after: float,
+                    clock: Callable[[], float] = time.time) -> Claimant:
+    """A tree's claim held by one worker's run of a score job ("<worker id>|<job key>"): alive while that
+    worker runs that job with a fresh heartbeat (a dead box's job stops beating, and its claim is taken over
+    after `stale_after` seconds, as the job itself is; the job re-run elsewhere is another owner)."""
     def alive(owner: str) -> bool:
-        record = ledger.get(owner)
-        return record is not None and record.state == RUNNING and clock() - record.heartbeat_at < stale_after
+        worker, _, key = owner.partition("|")
+        record = ledger.get(key)
+        return (record is not None and record.state == RUNNING and record.worker_id == worker
+                and clock() - record.heartbeat_at < stale_after)
 
-    return Claimant(job_key, alive)
+    return Claimant(f"{worker_id}|{job_key}", alive, clock)
+
+
+def _claimant(ledger: Ledger, job_key: str, stale_after: float) -> Claimant:
+    """The claimant of the worker that runs the job now (the ledger names it: the job was claimed first)."""
+    record = ledger.get(job_key)
+    return ledger_claimant(ledger, record.worker_id if record else "", job_key, stale_after)
 
 
 def pipeline_publisher(settings: Settings) -> Publisher:
