@@ -142,9 +142,35 @@ def score_refs(
     tree = scorings.TreeKey(pinned.base_sha, candidate.tree, pinned.harness_digest, profile, ruler)
     # one measurement of a tree at a time, on every box: a second waits (TreeBusy), then finds its verdict
     with scorings.measuring(docs, tree, claimant or local_claimant()):
-        return _score_tree(repo, pinned, candidate.commit, tree, docs, fields, settings, engine=engine, state_dir=state_dir,
-                           key=key, rounds=rounds, budget_s=budget_s, progress=progress, environ=environ,
-                           calibrate_first=calibrate_first, rescore=rescore)
+        earlier = scorings.load_scorings(docs, tree)
+        if earlier and not rescore:
+            return _finish(_reissue(scorings.effective(earlier, settings.tiers), fields, len(earlier), None), settings,
+                           state_dir, key)
+
+        noise = load_noise_floor(state_dir, box, profile, engine)
+        calibrated_now = False
+        if noise is None and calibrate_first:
+            noise, _ = _calibrate(repo, pinned, settings, profile, engine, state_dir, progress, environ, budget_s)
+            calibrated_now = True
+        elif noise is None:
+            noise = NoiseFloor.default(box, profile, settings.stats.default_noise_floor, engine)
+        records = run_campaign(repo, pinned, {"base": pinned.base_sha, "head": candidate.commit}, settings, profile,
+                               noise=noise, rounds=rounds, budget_s=budget_s, progress=progress, environ=environ)
+        m = summarize(records, noise=noise, integrity=settings.integrity)
+        outcome = ScoreOutcome(verdict=decide(m, settings), measurements=m, rounds=m.rounds, calibrated_now=calibrated_now,
+                               requests=[RequestSummary.of(g) for g in records.generations if g.round >= 0], **fields)
+        if outcome.verdict.status not in scorings.REUSABLE:  # an infrastructure error is no measurement of the tree
+            return _finish(outcome, settings, state_dir, key)
+        count = scorings.store_scoring(docs, tree, outcome.model_copy(update={"tree_scorings": len(earlier) + 1}))
+        standing = scorings.effective([*earlier, outcome], settings.tiers)
+        if standing is outcome:
+            outcome.tree_scorings = count
+            if count > 1:
+                outcome.verdict = outcome.verdict.model_copy(update={"reason": (
+                    f"{outcome.verdict.reason} (scoring {count} of this tree against this main; the verdict published is "
+                    "the lowest tier over them)")})
+            return _finish(outcome, settings, state_dir, key)
+        return _finish(_reissue(standing, fields, count, outcome), settings, state_dir, key)
 
 
 def local_claimant() -> scorings.Claimant:
@@ -166,43 +192,6 @@ def local_claimant() -> scorings.Claimant:
         return True
 
     return scorings.Claimant(f"{host}:{os.getpid()}", alive)
-
-
-def _score_tree(repo: Path, pinned: PinnedHarness, candidate_sha: str, tree: scorings.TreeKey, docs: scorings.Docs, fields: dict,
-                settings: Settings, *, engine: str, state_dir: Path, key: Ed25519PrivateKey | None, rounds: int | None,
-                budget_s: float | None, progress: ProgressSink | None, environ: Mapping[str, str] | None,
-                calibrate_first: bool, rescore: bool) -> ScoreOutcome:
-    """score_refs's measurement of the candidate tree, under its claim: re-issued when measured before."""
-    earlier = scorings.load_scorings(docs, tree)
-    if earlier and not rescore:
-        return _finish(_reissue(scorings.effective(earlier, settings.tiers), fields, len(earlier), None), settings,
-                       state_dir, key)
-
-    box, profile = fields["box"], tree.profile
-    noise = load_noise_floor(state_dir, box, profile, engine)
-    calibrated_now = False
-    if noise is None and calibrate_first:
-        noise, _ = _calibrate(repo, pinned, settings, profile, engine, state_dir, progress, environ, budget_s)
-        calibrated_now = True
-    elif noise is None:
-        noise = NoiseFloor.default(box, profile, settings.stats.default_noise_floor, engine)
-    records = run_campaign(repo, pinned, {"base": pinned.base_sha, "head": candidate_sha}, settings, profile,
-                           noise=noise, rounds=rounds, budget_s=budget_s, progress=progress, environ=environ)
-    m = summarize(records, noise=noise, integrity=settings.integrity)
-    outcome = ScoreOutcome(verdict=decide(m, settings), measurements=m, rounds=m.rounds, calibrated_now=calibrated_now,
-                           requests=[RequestSummary.of(g) for g in records.generations if g.round >= 0], **fields)
-    if outcome.verdict.status not in scorings.REUSABLE:  # an infrastructure error is no measurement of the tree
-        return _finish(outcome, settings, state_dir, key)
-    count = scorings.store_scoring(docs, tree, outcome.model_copy(update={"tree_scorings": len(earlier) + 1}))
-    standing = scorings.effective([*earlier, outcome], settings.tiers)
-    if standing is outcome:
-        outcome.tree_scorings = count
-        if count > 1:
-            outcome.verdict = outcome.verdict.model_copy(update={"reason": (
-                f"{outcome.verdict.reason} (scoring {count} of this tree against this main; the verdict published is "
-                "the lowest tier over them)")})
-        return _finish(outcome, settings, state_dir, key)
-    return _finish(_reissue(standing, fields, count, outcome), settings, state_dir, key)
 
 
 def _reissue(stored: ScoreOutcome, fields: dict, count: int, remeasured: ScoreOutcome | None) -> ScoreOutcome:

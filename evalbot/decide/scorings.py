@@ -50,7 +50,6 @@ class TreeKey:
     profile: str
     ruler: str = ""  # a digest of what else decides a verdict (`ruler_digest`): other settings, another scoring
 
-
     def digest(self) -> str:
         return _digest(asdict(self))
 

@@ -306,11 +306,10 @@ def subtree(repo: Path, sha: str, path: str) -> str:
     """The git tree id of directory `path` in commit `sha`, read by the bot from the object store ("" when
     absent, or not a directory: a symlink or a file there)."""
     try:
-        if git(repo, "cat-file", "-t", f"{sha}:{path}").strip() != "tree":
-            return ""
-        return git(repo, "rev-parse", "--verify", "--quiet", f"{sha}:{path}").strip()
+        entry = git(repo, "ls-tree", sha, "--", path).split()  # [mode, type, id, path] or [] when absent
     except GitError:
         return ""
+    return entry[2] if entry[1:2] == ["tree"] else ""
 
 
 def code_digest(repo: Path, sha: str, prefixes: Sequence[str] = MEASURED_CODE) -> str:
