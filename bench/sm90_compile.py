@@ -66,8 +66,11 @@ def compile_one(name, fn, sig: dict, const: dict, num_warps: int, num_stages: in
                    hkv_ptr="*i32", hout_ptr="*i64", hst_ptr="*i64", hh_ptr="*i64", H_ROWS="i32")
         const = dict(dict(HEAD=False, H_COMMIT=False, H_HIST=False, H_BLOCK_S=1, H_BLOCK_ROWS=2), **const)
     sig = dict(sig, **{k: "constexpr" for k in const})
+    sig = {k: sig[k] for k in fn.arg_names if k in sig}  # the compiler reads the signature by position
     # pointers 16-byte aligned, as the JIT specializes them at a launch with torch's allocations (vector loads)
-    attrs = {(fn.arg_names.index(k),): [["tt.divisibility", 16]] for k, t in sig.items() if t.startswith("*") or k in DIV16}
+    # (runtime arguments only: a constant named like one, e.g. the tree head's F, has no attribute to carry)
+    attrs = {(fn.arg_names.index(k),): [["tt.divisibility", 16]] for k, t in sig.items()
+             if t != "constexpr" and (t.startswith("*") or k in DIV16)}
     src = ASTSource(fn, sig, constexprs={(fn.arg_names.index(k),): v for k, v in const.items()}, attrs=attrs)
     k = triton.compile(src, target=TARGET, options=dict(num_warps=num_warps, num_stages=num_stages))
     ptx = k.asm["ptx"]
@@ -186,12 +189,12 @@ def main() -> int:
                            dict(tree_scratch, tokens_ptr="*i64", positions_ptr="*i32", kv_end_ptr="*i32", slots_ptr="*i32",
                                 tree_ptr="*i32", parents_ptr="*i32", ROWS="i32"),
                            dict(blocks, K=N, BLOCK_ROWS=8, W=8), 4, 1))
-    commit = {"pmax_ptr": "*fp32", "pidx_ptr": "*i64", "tokens_ptr": "*i64", "parents_ptr": "*i32", "slots_ptr": "*i32",
+    commit = {"pmax_ptr": "*fp32", "pidx_ptr": "*i64", "argmax_ptr": "*i64", "tokens_ptr": "*i64", "parents_ptr": "*i32", "slots_ptr": "*i32",
               "positions_ptr": "*i32", "kv_end_ptr": "*i32", "out_ptr": "*i64", "state_ptr": "*i64", "hist_ptr": "*i64",
               "k_ptr": "*bf16", "v_ptr": "*bf16", "cap_ptr": "*fp32", "layer_stride": "i32", "head_stride": "i32",
               "cap_width": "i32", "M": "i32", "NCH": "i32", "ROWS": "i32", "KVH": "i32"}
     out.append(compile_one("tree commit", _tree_commit_kernel, commit,
-                           dict(HD=HD, BLOCK_S=32, BLOCK_ROWS=8, BLOCK_C=512, HAS_HIST=True, USE_PDL=True), 4, 1))
+                           dict(HD=HD, BLOCK_S=32, BLOCK_ROWS=8, BLOCK_C=512, HAS_HIST=True, ARGMAX=True, USE_PDL=True), 4, 1))
     for r in out:
         print(json.dumps(r))
     return 0
