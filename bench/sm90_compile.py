@@ -66,7 +66,6 @@ def compile_one(name, fn, sig: dict, const: dict, num_warps: int, num_stages: in
                    hkv_ptr="*i32", hout_ptr="*i64", hst_ptr="*i64", hh_ptr="*i64", H_ROWS="i32")
         const = dict(dict(HEAD=False, H_COMMIT=False, H_HIST=False, H_BLOCK_S=1, H_BLOCK_ROWS=2), **const)
     sig = dict(sig, **{k: "constexpr" for k in const})
-    sig = {k: sig[k] for k in fn.arg_names if k in sig}  # the compiler reads the signature by position
     # pointers 16-byte aligned, as the JIT specializes them at a launch with torch's allocations (vector loads)
     # (runtime arguments only: a constant named like one, e.g. the tree head's F, has no attribute to carry)
     attrs = {(fn.arg_names.index(k),): [["tt.divisibility", 16]] for k, t in sig.items()
