@@ -310,6 +310,57 @@ def test_a_tree_measured_by_another_box_waits_unspent(rig):
     assert sorted(rig.gh.labels_on(REPO, 1)) == ["eval-dspark:M", "eval:M"]
 
 
+def test_a_tree_busy_wait_says_so_on_the_check_run_and_gives_the_turn_back(rig):
+    """While it waits for another box's measurement of its tree, the job's check run is "queued" and says what it
+    waits for (it showed the step it stopped at, "in progress", before), and its requester's turn is given back:
+    it measured nothing. Then it is scored, and the turn is spent."""
+    pull = rig.pull(1)
+    rig.ledger.mark_served("octocat", 5.0)  # an earlier job of theirs
+    job = _as(rig, 1, "octocat")
+    updates, real = [], rig.forge.update_check
+
+    def update_check(check_id, **kw):
+        updates.append((kw.get("status"), kw.get("title", ""), kw.get("summary", ""), rig.ledger.served().get("octocat")))
+        return real(check_id, **kw)
+
+    rig.forge.update_check = update_check
+    rig.busy_tree = 1
+    rig.queue.submit_score(job)
+    rig.run(include_scheduled_within=3)
+    assert rig.ledger.get(job.key).state == DONE and len(rig.scored) == 2
+    waiting = [u for u in updates if u[0] == "queued"]
+    assert len(waiting) == 1
+    status, title, summary, served = waiting[0]
+    assert "another box is measuring this tree" in title and "job-on-box-b" in summary and "not a verdict" in summary
+    assert "Now:" not in summary and served == 5.0  # not the stale step; the turn given back
+    assert [u[0] for u in updates].index("queued") < len(updates) - 1 and updates[-1][0] == "completed"
+    assert rig.ledger.served()["octocat"] > 5.0  # the measurement that ran spent it
+    (run,) = rig.gh.check_runs_for(REPO, pull.head_sha)
+    assert run["conclusion"] == "success"
+
+
+def test_a_job_superseded_on_its_turn_does_not_spend_its_requesters_turn(rig):
+    """A requester's turn is spent when a measurement of theirs starts, not when a job of theirs is taken: a job
+    found stale when taken (its PR moved on) measures nothing, so its replacement keeps the requester's place in
+    the round robin. Before the fix the supersede marked them served, and the replacement went behind everyone."""
+    for n in (1, 2, 3):
+        rig.pull(n)
+    earlier = _as(rig, 3, "regular")
+    rig.queue.submit_score(earlier)
+    rig.run()  # "regular" was served just now
+    rig.clock.now += 1
+    first = _as(rig, 1, "author")
+    rig.queue.submit_score(first)
+    rig.clock.now += 1
+    second = _as(rig, 2, "regular")
+    rig.queue.submit_score(second)
+    rig.repo.pulls[1].head_sha = fake_sha("pushed")  # PR 1 moved on before its job's turn
+    rig.run()
+    assert rig.ledger.get(first.key).state == SUPERSEDED
+    replacement = _as(rig, 1, "author").key  # the new head's job
+    assert rig.scored == [earlier.key, replacement, second.key]
+
+
 def test_a_failed_publication_keeps_the_verdict_and_the_sweeper_publishes_it(rig):
     rig.pull(1)
     rig.gh.fail("GET", r"/issues/1/labels$", 502, times=2)  # both attempts of the first publication

@@ -86,6 +86,7 @@ REPLIES = {
     "comment_rescore_refused.md.j2": dict(login="alice", reason="{}"),
     "gh_check_superseded.md.j2": dict(why="{}"),
     "gh_check_interrupted.md.j2": dict(head_sha="a" * 40, base_sha="b" * 40, box="box", why="{}"),
+    "gh_check_waiting.md.j2": dict(head_sha="a" * 40, base_sha="b" * 40, box="box", why="{}"),
     "gh_check_queued.md.j2": dict(head_sha="a" * 40, base_sha="b" * 40, pr_number=3, reason="{}"),
     "gh_check_progress.md.j2": dict(head_sha="a" * 40, base_sha="b" * 40, box="box", attempt=1, step="{}", done_steps=["{}"]),
     "gh_check_infra_error.md.j2": dict(attempts=2, error="{}"),

@@ -243,6 +243,16 @@ class Ledger:
         """A job of `requester` started now (the queue's round robin: `JobQueue.fair_order`)."""
         self._kv_set("served", requester, repr(now))
 
+    def restore_served(self, requester: str, before: float | None, mark: float) -> None:
+        """A job of `requester` that started at `mark` gave its turn back (it measured nothing): their mark as it
+        was before, unless a later job of theirs has started since."""
+        if self.served().get(requester) != mark:
+            return
+        if before is None:
+            self._kv_delete("served", requester)
+        else:
+            self._kv_set("served", requester, repr(before))
+
     def served(self) -> dict[str, float]:
         """When a job of each requester last started (a value that does not parse counts as never)."""
         out = {}

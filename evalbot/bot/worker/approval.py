@@ -61,7 +61,7 @@ def needs_approval(worker: Worker, pull: PullInfo, repo: str | None = None) -> b
     try:
         return not role_allows(role_of(worker.forge_for(repo), pull.author), "write")
     except ForgeUnavailable:
-        raise  # GitHub is down: the job waits for it (worker._forge_outage), it is not held for /ok-to-test
+        raise  # GitHub is down: the job waits for it (requeue.forge_outage), it is not held for /ok-to-test
     except Exception as exc:  # noqa: BLE001 - fail closed: an unknown author waits for /ok-to-test
         log.warning("permission of %s on %s unknown (%s); #%d waits for /ok-to-test", pull.author, repo,
                     " ".join(str(exc).split())[:200], pull.number)

@@ -21,7 +21,7 @@ from evalbot.bot.jobs.freshness import judge_freshness
 from evalbot.bot.jobs.ledger import DONE, FAILED, QUEUED, SCORED, SUPERSEDED, JobRecord, UndecodableOutcome
 from evalbot.bot.jobs.model import Chore
 from evalbot.bot.jobs.queue import JobQueue
-from evalbot.bot.worker import approval, chores, rounds, tier_labels
+from evalbot.bot.worker import approval, chores, requeue, rounds, tier_labels
 from evalbot.bot.worker.headwatch import head_watch
 from evalbot.bot.worker.heartbeat import Heartbeat
 from evalbot.bot.worker.interrupt import ScoringGuard, ScoringInterrupted, ScoringSuperseded
@@ -41,7 +41,6 @@ from evalbot.settings.tiers import NEEDS_REBASE_LABEL
 log = logging.getLogger("evalbot.worker")
 
 DELIVERY_MEMORY_SECONDS = 30 * 24 * 3600
-FORGE_RETRY_MAX_SECONDS = 600.0
 CHECK_WAIT_SECONDS = 3.0  # how long a job waits for the check run that another thread is creating for it
 
 
@@ -104,7 +103,6 @@ class Worker:
                     raise RetryTask(delay=max(latest.not_before - self.clock(), self.settings.busy_retry_seconds))
                 return "skipped: claimed by another worker"
             claimed = taken.key
-            self.ledger.mark_served(taken.requested_by, self.clock())
             beat = lambda: self.ledger.heartbeat(claimed, self.worker_id, self.clock())  # noqa: E731
             with structlog.contextvars.bound_contextvars(job=claimed), Heartbeat(beat, self.settings.heartbeat_seconds):
                 return self._score_claimed(self.ledger.get(claimed))
@@ -117,7 +115,7 @@ class Worker:
             pull = forge.get_pull(job.pr_number)
             freshness = judge_freshness(job, pull, self.main_head(forge), self.settings.main_branch)
         except ForgeUnavailable as exc:  # GitHub is down: not the job's fault, and no attempt spent
-            return self._forge_outage(record, exc)
+            return requeue.forge_outage(self, record, exc)
         except Exception as exc:
             return self._infra_failure(record, forge, exc)
         if not freshness.run:
@@ -128,11 +126,13 @@ class Worker:
         try:
             hold = approval.needs_approval(self, pull)
         except ForgeUnavailable as exc:  # the author's permission could not be asked: wait for GitHub
-            return self._forge_outage(record, exc)
+            return requeue.forge_outage(self, record, exc)
         if hold:
             return approval.hold(self, forge, record, pull)
         tier_labels.clear_stale(self, forge, record, pull)
-
+        # its measurement starts: its requester's turn is spent (not by a job superseded or held before it)
+        turn = (self.ledger.served().get(record.requested_by), self.clock())
+        self.ledger.mark_served(record.requested_by, turn[1])
         started_check = record.check_id or self.start_check(forge, record)
 
         def check_id() -> str:
@@ -166,9 +166,9 @@ class Worker:
             self._supersede(forge, record, str(exc), check_id())
             return f"superseded while scoring: {exc}"
         except ScoringInterrupted:
-            return self._interrupted(record, forge, check_id())
+            return requeue.interrupted(self, record, forge, check_id())
         except TreeBusy as exc:  # another box measures this very tree now: wait for its verdict, unspent
-            return self._put_back(record, f"waiting: {exc}", self.settings.infra_retry_seconds, unspent=True)
+            return requeue.tree_busy(self, record, forge, check_id(), str(exc), turn)
         except Exception as exc:
             metrics.record_duration(self.ledger, time.monotonic() - started, profile=self._profile(), status="infra_error")
             return self._infra_failure(record, forge, exc, check_id=check_id())
@@ -189,43 +189,6 @@ class Worker:
 
     def _profile(self) -> str:
         return self.settings.profile or "default"
-
-    def _interrupted(self, record: JobRecord, forge: Forge, check_id: str) -> str:
-        """The worker is stopping: the job goes back to the queue unspent; the check run says so."""
-        why = self.guard.why or "stopping"
-        if self.ledger.release(record.key, self.worker_id, self.clock(), f"interrupted: {why}",
-                               attempts=max(0, record.attempts - 1)):
-            self.queue.enqueue_key(record.key)  # any box may take it now; this one again after its restart
-        self.ledger.bump(metrics.counter_key("scorings_interrupted"))
-        if check_id:
-            try:
-                forge.update_check(check_id, status="queued", title=self.render("gh_check_title_interrupted.txt.j2"),
-                                   summary=self.render("gh_check_interrupted.md.j2", head_sha=record.head_sha,
-                                                       base_sha=record.base_sha, box=self.settings.box_name(), why=why),
-                                   details_url=self.details_url(record))
-            except Exception as exc:  # the job is safe in the ledger either way
-                log.warning("could not mark check run %s as interrupted: %s", check_id, exc)
-        log.info("job %s interrupted (%s); back in the queue", record.key, why)
-        return "interrupted"
-
-    def _forge_outage(self, record: JobRecord, exc: Exception) -> str:
-        """GitHub could not be reached when the job started: put it back, unspent, with growing waits."""
-        waits = record.forge_waits + 1
-        delay = min(FORGE_RETRY_MAX_SECONDS, self.settings.forge_retry_seconds * 2 ** (waits - 1))
-        note = f"GitHub unreachable when the job started ({type(exc).__name__}); trying again in {delay:.0f}s"
-        self._put_back(record, note, delay, unspent=True, forge_waits=waits)
-        self.ledger.bump(metrics.counter_key("forge_outage_requeues"))
-        log.warning("job %s: %s", record.key, note)
-        return f"waiting for GitHub: {note}"
-
-    def _put_back(self, record: JobRecord, note: str, delay: float, *, unspent: bool = False, **counts: int) -> str:
-        """Back to the queue, to run again in `delay` seconds (not earlier, whoever's turn comes: `not_before`);
-        `unspent`: the attempt is given back."""
-        now = self.clock()
-        attempts = max(0, record.attempts - 1) if unspent else None
-        if self.ledger.release(record.key, self.worker_id, now, note, attempts=attempts, not_before=now + delay, **counts):
-            self.queue.enqueue_key(record.key, delay=delay)
-        return note
 
     def check_id_of(self, key: str) -> str:
         latest = self.ledger.get(key)
@@ -274,7 +237,7 @@ class Worker:
         log.error("job %s failed (attempt %d): %s", record.key, record.attempts, error)
         now = self.clock()
         if record.attempts < self.settings.max_attempts:
-            self._put_back(record, f"retrying after: {error}", self.settings.infra_retry_seconds)
+            requeue.put_back(self, record, f"retrying after: {error}", self.settings.infra_retry_seconds)
             return f"retrying: {error}"
         self.ledger.finish(record.key, FAILED, now, error, worker_id=self.worker_id)
         tier_labels.clear(self, forge, record, "no verdict: infrastructure failure")
