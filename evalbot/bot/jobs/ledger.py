@@ -243,10 +243,18 @@ class Ledger:
         """A job of `requester` started now (the queue's round robin: `JobQueue.fair_order`)."""
         self._kv_set("served", requester, repr(now))
 
+    def served_at(self, requester: str) -> float | None:
+        """When a job of `requester` last started (None: never, or a value that does not parse)."""
+        value = self._kv_get("served", requester)
+        try:
+            return float(value) if value is not None else None
+        except ValueError:
+            return None
+
     def restore_served(self, requester: str, before: float | None, mark: float) -> None:
         """A job of `requester` that started at `mark` gave its turn back (it measured nothing): their mark as it
         was before, unless a later job of theirs has started since."""
-        if self.served().get(requester) != mark:
+        if self.served_at(requester) != mark:
             return
         if before is None:
             self._kv_delete("served", requester)

@@ -42,12 +42,15 @@ def forge_outage(worker: Worker, record: JobRecord, exc: Exception) -> str:
     return f"waiting for GitHub: {note}"
 
 
-def _queued_check(worker: Worker, forge: Forge, record: JobRecord, check_id: str, title: str, summary: str) -> None:
-    """The check run back to "queued" with what it waits for (a courtesy: the job is safe in the ledger either way)."""
+def _queued_check(worker: Worker, forge: Forge, record: JobRecord, check_id: str, kind: str, why: str) -> None:
+    """The check run back to "queued", saying what it waits for (templates gh_check_title_<kind>.txt.j2 and
+    gh_check_<kind>.md.j2; a courtesy: the job is safe in the ledger either way)."""
     if not check_id:
         return
     try:
-        forge.update_check(check_id, status="queued", title=worker.render(title), summary=summary,
+        summary = worker.render(f"gh_check_{kind}.md.j2", head_sha=record.head_sha, base_sha=record.base_sha,
+                                box=worker.settings.box_name(), why=why)
+        forge.update_check(check_id, status="queued", title=worker.render(f"gh_check_title_{kind}.txt.j2"), summary=summary,
                            details_url=worker.details_url(record))
     except Exception as exc:
         log.warning("could not mark check run %s as queued again: %s", check_id, exc)
@@ -60,9 +63,7 @@ def interrupted(worker: Worker, record: JobRecord, forge: Forge, check_id: str) 
                              attempts=max(0, record.attempts - 1)):
         worker.queue.enqueue_key(record.key)  # any box may take it now; this one again after its restart
     worker.ledger.bump(metrics.counter_key("scorings_interrupted"))
-    _queued_check(worker, forge, record, check_id, "gh_check_title_interrupted.txt.j2", worker.render(
-        "gh_check_interrupted.md.j2", head_sha=record.head_sha, base_sha=record.base_sha, box=worker.settings.box_name(),
-        why=why))
+    _queued_check(worker, forge, record, check_id, "interrupted", why)
     log.info("job %s interrupted (%s); back in the queue", record.key, why)
     return "interrupted"
 
@@ -74,6 +75,5 @@ def tree_busy(worker: Worker, record: JobRecord, forge: Forge, check_id: str, wh
     the one it set); the check run says what it waits for, not the step it stopped at."""
     note = put_back(worker, record, f"waiting: {why}", worker.settings.infra_retry_seconds, unspent=True)
     worker.ledger.restore_served(record.requested_by, *turn)
-    _queued_check(worker, forge, record, check_id, "gh_check_title_waiting.txt.j2", worker.render(
-        "gh_check_waiting.md.j2", head_sha=record.head_sha, base_sha=record.base_sha, box=worker.settings.box_name(), why=why))
+    _queued_check(worker, forge, record, check_id, "waiting", why)
     return note

@@ -131,7 +131,7 @@ class Worker:
             return approval.hold(self, forge, record, pull)
         tier_labels.clear_stale(self, forge, record, pull)
         # its measurement starts: its requester's turn is spent (not by a job superseded or held before it)
-        turn = (self.ledger.served().get(record.requested_by), self.clock())
+        turn = (self.ledger.served_at(record.requested_by), self.clock())
         self.ledger.mark_served(record.requested_by, turn[1])
         started_check = record.check_id or self.start_check(forge, record)
 
