@@ -7,6 +7,7 @@ a hostile PR engine could give is one line of a fake client.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import subprocess
 import time
@@ -78,10 +79,10 @@ PLAN = Plan(profile="cpu", cells=(Cell("prose", 32),), new_tokens=4, processes=1
             guards=(GuardPlan("fake-g", 16, 2),), min_rounds=1, max_rounds=1, budget_s=1e9)
 
 
-def campaign(head_edit=None, head_info=None, head_guard_vocab=GUARD_VOCAB, contention=None, seed=None, log=None):
+def campaign(head_edit=None, head_info=None, head_guard_vocab=GUARD_VOCAB, contention=None, seed=None, log=None, plan=PLAN):
     events: list = []
     kw = {} if seed is None else {"seed": seed}
-    c = Campaign(plan=PLAN, spawn=None, corpora={"prose": list(range(VOCAB)) * 8}, contention=contention,
+    c = Campaign(plan=plan, spawn=None, corpora={"prose": list(range(VOCAB)) * 8}, contention=contention,
                  stop_rule=lambda rec: (False, "", False), **kw)
     base = Client("base", log=log)
     head = Client("head", head_edit, head_info, head_guard_vocab, log=log)
@@ -148,6 +149,39 @@ def test_the_same_seed_sends_the_same_prompts_and_another_seed_other_ones():
 
     a, b, c = prompts(99), prompts(99), prompts(100)
     assert a == b and a != c
+
+
+def test_each_campaign_measures_at_lengths_drawn_from_its_seed_below_the_published_ones():
+    """Code written for the published lengths (32 and 16 here, 1,024 / 4,096 / 7,936 on the GPU) gains
+    nothing: each campaign's exact lengths are drawn from its secret seed, the same for both refs, the
+    warm-up and every round, and the records name the cell by its nominal length."""
+    jittered = dataclasses.replace(PLAN, length_jitter=0.25, max_rounds=2)
+    seen = set()
+    for seed in range(1, 13):
+        log: list = []
+        records = run_all(campaign(seed=seed, log=log, plan=jittered))
+        sent = [(req["model"], len(req["prompt"])) for _, op, req, _ in log if op == "generate"]
+        cell = {n for model, n in sent if model == "main"}
+        guard = {n for model, n in sent if model == "guard:fake-g" and n != 1}
+        assert len(cell) == 1 and 24 <= min(cell) <= 32, cell  # one length: warm-up, rounds, both refs
+        assert len(guard) == 1 and 12 <= min(guard) <= 16, guard
+        timed = [g for g in records.generations if g.model == "main"]
+        assert {g.ctx for g in timed} == {32} and {g.window.length for g in timed} == cell
+        seen.add((min(cell), min(guard)))
+    assert len(seen) >= 4, seen  # twelve seeds, 9 x 5 possible pairs: the lengths are drawn, not fixed
+    log = []
+    run_all(campaign(seed=5, log=log))  # no jitter: exactly the nominal lengths
+    assert {len(req["prompt"]) for _, op, req, _ in log if op == "generate" and req["model"] == "main"} == {32}
+
+
+def test_the_drawn_lengths_come_from_the_profile_and_a_bad_jitter_is_refused():
+    from evalbot.measure.plan import plan_for
+    from evalbot.settings import ProfileSettings
+
+    assert plan_for("gpu", ProfileSettings(), gpu=True).length_jitter == 0.0625
+    assert plan_for("gpu", ProfileSettings(length_jitter=0), gpu=True).length_jitter == 0
+    with pytest.raises(ValueError, match="length_jitter"):
+        ProfileSettings(length_jitter=0.5)
 
 
 def test_guard_prompts_are_drawn_from_mains_guard_vocabulary_not_the_prs():
@@ -275,7 +309,7 @@ def test_gpu_quiet_is_checked_before_thawing_and_busy_time_after_an_answer_is_ch
     c._check_ready()
     c._load_guards()
     events.clear()
-    g = c._generate(c.procs["head"][0], 0, 0, PLAN.cells[0], "ar", c._take(PLAN.cells[0], ["x"]), 4)
+    g = c._generate(c.procs["head"][0], 0, 0, PLAN.cells[0], "ar", c._take("prose", 32, ["x"]), 4)
     assert [e[0] for e in events] == ["quiet?", "thaw", "busy?", "freeze", "busy?"]
     assert g.bot_s == pytest.approx(0.01 + 0.25 + 0.25)  # the client's 0.01 s and both probes' busy time
 
@@ -292,7 +326,7 @@ def test_a_gpu_busy_past_the_timeout_after_an_answer_is_that_processes_failure()
     c._load_guards()
     c.contention = FakeContention(events, busy=None)
     with pytest.raises(Failure) as e:
-        c._generate(c.procs["head"][0], 0, 0, PLAN.cells[0], "ar", c._take(PLAN.cells[0], ["x"]), 4)
+        c._generate(c.procs["head"][0], 0, 0, PLAN.cells[0], "ar", c._take("prose", 32, ["x"]), 4)
     assert e.value.finding.ref == "head" and "stayed busy for 10 s after PR process 1 answered" in e.value.finding.message
 
 

@@ -70,6 +70,25 @@ def test_guards_ratios_for_generation_and_prefill():
     assert g.pr_prefill_tps == pytest.approx(256 / 0.125)
 
 
+def test_cells_and_guards_keep_their_nominal_names_and_show_the_drawn_lengths_they_were_timed_at():
+    """A campaign measures at lengths drawn from its seed below the nominal ones (measure.plan.drawn_lengths):
+    the cell is still `code@256`, its summary lists the exact length, and a guard's prefill speed divides the
+    tokens actually sent, not the nominal length."""
+    rec = b.records([0.8, 0.8])
+    for g in rec.generations:
+        g.window.length = 241
+    for ref, secs in (("base", 1.0), ("head", 1.25)):
+        for n, off in ((16, 1), (1, 2)):
+            g = b.generation(ref=ref, round=0, model="guard:g", mode="ar", ctx=256, new_tokens=n, bot_s=secs / (10 if n == 1 else 1),
+                             offset=off, corpus="random:g")
+            g.window.length = 250
+            rec.generations.append(g)
+    m = summarize(rec, noise=NOISE)
+    assert [c.name for c in m.cells] == ["code@256", "prose@256"] and m.cells[0].lengths == [241]
+    (g,) = m.guards
+    assert g.lengths == [250] and g.pr_prefill_tps == pytest.approx(250 / 0.125)
+
+
 def test_the_budget_waits_for_every_pairing_up_to_its_hard_cap():
     """A 2-vCPU A/A ended by its budget after one round over one of four pairings decided nothing: the
     budget now ends a run only once every pairing is measured (min_rounds), or at hard_budget times itself."""

@@ -47,8 +47,9 @@ def total_ratio(timed: Sequence[Timed]) -> float | None:
 
 class CellSummary(BaseModel):
     corpus: str
-    ctx: int
+    ctx: int  # the nominal length, which names the cell
     new_tokens: int = 0
+    lengths: list[int] = Field(default_factory=list)  # the exact prompt lengths timed (drawn from the seed)
     # bot-timed, end to end, medians over rounds (tok/s = new_tokens / bot seconds)
     pr_dspark_tps: float | None = None
     main_dspark_tps: float | None = None
@@ -95,8 +96,9 @@ class CellSummary(BaseModel):
 
 class GuardSummary(BaseModel):
     guard: str
-    ctx: int
+    ctx: int  # nominal, as for a cell
     new_tokens: int = 0
+    lengths: list[int] = Field(default_factory=list)
     pr_generation_tps: float | None = None  # new tokens / bot seconds, prefill at ctx included
     main_generation_tps: float | None = None
     pr_prefill_tps: float | None = None  # ctx / bot seconds of a one-token request
@@ -229,7 +231,9 @@ def summarize(records: Records, *, noise: NoiseFloor, integrity: IntegritySettin
     cells = []
     for corpus, ctx in cells_seen:
         of = lambda ref, mode: [g for g in main_gens if g.ref == ref and g.mode == mode and g.corpus == corpus and g.ctx == ctx]  # noqa: E731
-        c = CellSummary(corpus=corpus, ctx=ctx, new_tokens=max((g.new_tokens for g in main_gens if g.corpus == corpus and g.ctx == ctx), default=0))
+        mine_gens = [g for g in main_gens if g.corpus == corpus and g.ctx == ctx]
+        c = CellSummary(corpus=corpus, ctx=ctx, new_tokens=max((g.new_tokens for g in mine_gens), default=0),
+                        lengths=sorted({g.window.length for g in mine_gens}))
         c.pr_dspark_tps, c.main_dspark_tps = _tps(of("head", "dspark")), _tps(of("base", "dspark"))
         c.pr_ar_tps, c.main_ar_tps = _tps(of("head", "ar")), _tps(of("base", "ar"))
         c.pr_reported_dspark_tps, c.main_reported_dspark_tps = _reported_tps(of("head", "dspark")), _reported_tps(of("base", "dspark"))
@@ -270,12 +274,13 @@ def summarize(records: Records, *, noise: NoiseFloor, integrity: IntegritySettin
         n = max(g.new_tokens for g in gg)
         gen = lambda ref: [g for g in gg if g.ref == ref and g.new_tokens == n]  # noqa: E731
         pre = lambda ref: [g for g in gg if g.ref == ref and g.new_tokens == 1]  # noqa: E731
-        s = GuardSummary(guard=name, ctx=gg[0].ctx, new_tokens=n, unverified=records.guards_unverified)
+        s = GuardSummary(guard=name, ctx=gg[0].ctx, new_tokens=n, unverified=records.guards_unverified,
+                         lengths=sorted({g.window.length for g in gg}))
         checked = [v for v in verif if v.model == f"guard:{name}" and v.ref == "head"]
         s.pr_streams, s.pr_verified = len(checked), sum(1 for v in checked if not v.mismatches)
         s.pr_generation_tps, s.main_generation_tps = _tps(gen("head")), _tps(gen("base"))
-        s.pr_prefill_tps = _med([g.ctx / g.bot_s for g in pre("head") if g.bot_s > 0])
-        s.main_prefill_tps = _med([g.ctx / g.bot_s for g in pre("base") if g.bot_s > 0])
+        s.pr_prefill_tps = _med([g.window.length / g.bot_s for g in pre("head") if g.bot_s > 0])
+        s.main_prefill_tps = _med([g.window.length / g.bot_s for g in pre("base") if g.bot_s > 0])
         for key, pair in sorted(pairs.items()):
             if key[1] != f"guard:{name}" or len(pair) != 2 or pair["head"].bot_s <= 0:
                 continue

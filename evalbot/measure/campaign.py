@@ -35,7 +35,7 @@ from evalbot.measure import crosscheck, intake
 from evalbot.measure.client import ProtocolViolation, Response
 from evalbot.measure.device import cpu_cores
 from evalbot.measure.keyed import KeyedStream
-from evalbot.measure.plan import Cell, GuardPlan, Plan, budget_spent
+from evalbot.measure.plan import Cell, GuardPlan, Plan, budget_spent, drawn_lengths
 from evalbot.measure.servers import Failure, Process, Spawner, failure, start_servers
 from evalbot.measure.windows import CorpusExhausted, Window, WindowAllocator
 
@@ -63,6 +63,7 @@ class Campaign:
         shadow = self.plan.new_tokens + 64
         self.windows = WindowAllocator(self.corpora, self.seed, shadow)
         self.rng = KeyedStream(self.seed, "guard prompts")
+        self.lengths = drawn_lengths(self.plan, KeyedStream(self.seed, "lengths"))  # nominal ctx -> exact length
         self.vocab = 0  # main's model's vocabulary (main's processes' answer)
         self.guard_vocab: dict[str, int] = {}  # each guard's, likewise
         self.guard_prompts: dict[str, tuple[int, ...]] = {}  # guard prompts by digest, for main's verifier
@@ -217,8 +218,9 @@ class Campaign:
     def _guard_prompt(self, g: GuardPlan) -> Window:
         """Guards are random-weight models timed for speed only: their prompts are fresh random ids from
         the secret seed (never repeated, so no answer can be remembered), not text."""
-        ids = tuple(self.rng.randrange(self.guard_vocab[g.name]) for _ in range(g.ctx))
-        w = Window(corpus=f"random:{g.name}", offset=self.seq, length=g.ctx, ids=ids)
+        n = self.lengths[g.ctx]
+        ids = tuple(self.rng.randrange(self.guard_vocab[g.name]) for _ in range(n))
+        w = Window(corpus=f"random:{g.name}", offset=self.seq, length=n, ids=ids)
         self.guard_prompts[w.sha256] = ids  # for main's verifier, after the round
         return w
 
@@ -228,7 +230,7 @@ class Campaign:
         self.progress("warm-up (windows of its own, untimed)")
         jobs = {}
         for p in self._all():
-            work = [(cell, mode, self._take(cell, [p.label]), self.plan.new_tokens, "main")
+            work = [(cell, mode, self._take(cell.corpus, self.lengths[cell.ctx], [p.label]), self.plan.new_tokens, "main")
                     for cell in self.plan.cells for mode in ("ar", "dspark")]
             for g in self.plan.guards:  # twice: an engine may capture a prompt length on its second sight
                 for _ in range(2):
@@ -270,15 +272,15 @@ class Campaign:
         for corpus in dict.fromkeys(c.corpus for c in self.plan.cells):
             keys = [(cell, mode) for cell in self.plan.cells if cell.corpus == corpus for mode in ("dspark", "ar")]
             try:
-                got = self.windows.take_many(corpus, [cell.ctx for cell, _ in keys], viewers)
+                got = self.windows.take_many(corpus, [self.lengths[cell.ctx] for cell, _ in keys], viewers)
             except CorpusExhausted:
                 return corpus
             out.update(zip(keys, got))
         return out
 
-    def _take(self, cell: Cell, viewers: Sequence[str]) -> Window:
+    def _take(self, corpus: str, length: int, viewers: Sequence[str]) -> Window:
         try:
-            return self.windows.take(cell.corpus, cell.ctx, viewers)
+            return self.windows.take(corpus, length, viewers)
         except CorpusExhausted as e:
             raise Failure(Finding(ref=None, where="windows", message=str(e))) from None
 

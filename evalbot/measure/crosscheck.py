@@ -86,7 +86,7 @@ def accuracy(c: Campaign) -> None:
     main_rows, pr_rows, targets = [], [], []
     pair = (c.procs["base"][0], c.procs["head"][0])
     for cell in c.plan.accuracy:
-        w = c._take(cell, [p.label for p in pair])
+        w = c._take(cell.corpus, cell.ctx, [p.label for p in pair])  # exact: the positions scored are fixed
         start = cell.ctx - n
         rows = {}
         vocab = c.vocab or int(pair[0].client.info.get("vocab_size") or 0)  # main's, for both

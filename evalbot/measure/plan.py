@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from evalbot.measure.keyed import KeyedStream
 from evalbot.settings import ProfileSettings
 
 
@@ -50,6 +51,7 @@ class Plan:
     startup_timeout_s: float = 900.0
     request_timeout_s: float = 300.0
     verify_tolerance: float = NEAR_TIE_GPU
+    length_jitter: float = 0.0  # each cell's and guard's length is drawn in [ctx * (1 - jitter), ctx]
 
 
 def plan_for(name: str, p: ProfileSettings, *, gpu: bool, budget_s: float | None = None) -> Plan:
@@ -67,7 +69,20 @@ def plan_for(name: str, p: ProfileSettings, *, gpu: bool, budget_s: float | None
         startup_timeout_s=p.startup_timeout_s,
         request_timeout_s=p.request_timeout_s,
         verify_tolerance=NEAR_TIE_GPU if gpu else NEAR_TIE_CPU,
+        length_jitter=p.length_jitter,
     )
+
+
+def drawn_lengths(plan: Plan, rng: KeyedStream) -> dict[int, int]:
+    """The exact length measured for each nominal length (cells' and guards'), drawn once per campaign
+    from the secret seed in [ctx * (1 - length_jitter), ctx]: the same for both refs and every round,
+    seen by the processes first in the warm-up (so an engine may capture it before it is timed) but not
+    known when the PR's code was written."""
+    out: dict[int, int] = {}
+    for ctx in sorted({c.ctx for c in plan.cells} | {g.ctx for g in plan.guards}):
+        below = int(ctx * plan.length_jitter)
+        out[ctx] = ctx - (rng.randrange(below + 1) if below else 0)
+    return out
 
 
 def budget_spent(plan: Plan, rounds: int, end_s: float) -> str | None:

@@ -107,8 +107,13 @@ def _context(outcome: ScoreOutcome) -> dict[str, Any]:
                 f"({meas.processes_per_ref} processes per ref); stopped: {STOP_TEXT.get(stop.reason) or text(stop.reason, 80)}"
                 f"{' — ' + text(stop.detail, 600) if stop and stop.detail else ''}; {meas.wall_s:.0f} s" if stop else f"{meas.rounds} rounds")
     # stop.detail may quote what a PR's process answered: through `text`, like every untrusted value
+    drawn: dict[int, set[int]] = {}
+    for x in [*cells, *meas.guards]:
+        drawn.setdefault(x.ctx, set()).update(x.lengths)
+    lengths_row = ", ".join(f"{format_ctx(n)}: {' / '.join(f'{v:,}' for v in sorted(vs))}" for n, vs in sorted(drawn.items()) if vs)
     ctx.update(
         cells=cells,
+        lengths_row=lengths_row,
         cells_row=", ".join(c.name for c in cells) + (f" × {cells[0].new_tokens} new tokens" if cells else ""),
         per_cell=lambda field: _join(cells, lambda c: _num(getattr(c, field))),
         ar_vs_main=_join(cells, lambda c: ratio_of(c.ar_ratios)),

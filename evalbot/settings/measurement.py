@@ -24,7 +24,11 @@ class GuardPlan(_Strict):
 
 class ProfileSettings(_Strict):
     corpora: list[str] = Field(default_factory=lambda: ["code", "prose"])  # harness/prompts/<name>.txt
-    contexts: list[int] = Field(default_factory=lambda: [1024, 4096, 7936])  # exact prompt lengths
+    contexts: list[int] = Field(default_factory=lambda: [1024, 4096, 7936])  # each cell's nominal prompt length
+    # Each cell's and guard's exact length is drawn once per campaign from its secret seed, in
+    # [ctx * (1 - length_jitter), ctx]: code written for the published lengths alone gains nothing
+    # (docs/evalbot.md, "Measuring"). 0 measures exactly at ctx.
+    length_jitter: float = Field(default=0.0625, ge=0.0, lt=0.5)
     new_tokens: int = 256  # per generation; end-to-end timing, so decode must dominate the prefill
     processes: int = 3  # harness servers per ref, alive side by side; rounds rotate through their pairings
     guards: list[GuardPlan] = Field(default_factory=list)
