@@ -210,8 +210,12 @@ def test_removing_a_planted_delay_is_a_real_speedup_that_tiers(real):
     # the PR, based on slow-main, removes the delay: its merge into slow-main's tip is main's loop again
     edit_branch(repo, "no-delay", [(path, new, old) for path, old, new in planted], start="slow-main")
     # adaptive, as the bot scores: at least every pairing, then on (up to 8 rounds) while a gate is undecided.
-    # With 4 fixed rounds a guard that read low on this 2-core VM once left the verdict undecided (CI, 2026-12-02).
-    adaptive = settings(real[1], profiles={"cpu": {**TINY_REAL_PROFILE, "max_rounds": 8}})
+    # With 4 fixed rounds a guard that read low on this 2-core VM once left the verdict undecided (CI, 2026-12-02);
+    # with 8, the tiny guard's requests (96-token prefill, 8 new tokens: milliseconds each) still read below
+    # their bar once in two fresh-clone runs (2026-12-05). Here the guard gets requests long enough to time:
+    # a 384-token prefill and 24 new tokens.
+    guard = {**TINY_REAL_PROFILE["guards"][0], "ctx": 384, "new_tokens": 24}
+    adaptive = settings(real[1], profiles={"cpu": {**TINY_REAL_PROFILE, "max_rounds": 8, "guards": [guard]}})
     out = score(real, "no-delay", base="slow-main", rounds=None, settings=adaptive)
     assert out.verdict.status == "scored", out.verdict.reason
     assert ROUNDS <= out.measurements.rounds <= 8, out.measurements.stop
