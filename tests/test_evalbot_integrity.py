@@ -54,6 +54,23 @@ def test_one_main_request_slowed_from_outside_does_not_make_an_honest_answer_imp
     assert "round 6" in f.where and "faster than 5x main" in f.message
 
 
+def test_one_slowed_main_request_in_the_first_round_is_not_evidence_and_ends_nothing():
+    """After one round main's median for a kind of request is that request: one main request slowed 13x by
+    other work (0.25 -> 3.2 s) made an honest PR answer of 0.6 s "faster than 5x main", a REJECT for good
+    after round 1 (a suite run beside a compile, 2026-12-05). The check waits for main's second answer of
+    that kind; the slowed one is then judged against both."""
+    one = b.records([0.6], main_s=0.25)
+    next(g for g in one.generations if g.ref == "base" and g.mode == "dspark").bot_s = 3.2
+    assert check_records(one, CFG).findings == []
+    two = b.records([0.6, 0.25], main_s=0.25)
+    next(g for g in two.generations if g.ref == "base" and g.mode == "dspark" and g.round == 0).bot_s = 3.2
+    assert check_records(two, CFG).findings == []
+    instant = b.records([0.02, 0.02], main_s=0.25)  # never computed: found from main's second answer on
+    (f,) = check_records(instant, CFG).of("head")
+    assert "faster than 5x main" in f.message and "round 1" in f.where
+    assert check_records(b.records([0.02], main_s=0.25), CFG).findings == []  # one round: not judged yet
+
+
 def test_one_finding_per_kind_of_problem_not_per_request():
     rec = b.records([0.8] * 4)
     for g in rec.generations:

@@ -11,7 +11,9 @@ contract. This module turns what the campaign recorded into findings:
 - an answer faster than could have been computed: a PR response in less than `min_time_fraction` of
   main's time on the very same window *and* of main's median time for requests of that kind (model,
   mode, corpus, length): one main request slowed by something outside the bot (a loaded box) does not
-  make an honest PR answer look impossible, while an answer that was never computed is fast against both;
+  make an honest PR answer look impossible, while an answer that was never computed is fast against both.
+  Judged only once main has answered at least MIN_MAIN_SAMPLES requests of that kind: after one round,
+  main's "median" is that one request, and a finding ends the scoring at once (a REJECT for good);
 - a report that cannot be true: a process that says it spent longer than the bot's clock saw it take;
 - a greedy AR stream of the PR's (the main model's, or a guard's) that main's process, teacher-forcing
   it with its own copy of that model, does not find to be its greedy continuation (beyond the near-tie
@@ -27,6 +29,11 @@ import statistics
 from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
+
+# Main's requests of one kind the "faster than it could be computed" check needs before it judges any: with
+# one, a single main request slowed 13x by other work on a two-core box (0.25 -> 3.2 s) made an honest PR
+# answer "5x faster than main" and REJECTed it after round 1 (a test run beside a compile, 2026-12-05).
+MIN_MAIN_SAMPLES = 2
 
 from evalbot.decide.records import Finding, Records, Ref
 from evalbot.settings import IntegritySettings
@@ -81,6 +88,8 @@ def check_records(records: Records, cfg: IntegritySettings) -> IntegrityReport:
                 main_times.setdefault(kind, []).append(g.bot_s)
     for (rnd, kind, _w), t in by_window.items():
         mode = kind[1]
+        if len(main_times.get(kind, [])) < MIN_MAIN_SAMPLES:
+            continue  # checked again after the next round, over every window
         bar = cfg.min_time_fraction * min(t.get("base", 0.0), statistics.median(main_times.get(kind, [0.0])))
         if "head" in t and t["head"] < bar:
             add("head", -1, f"round {rnd + 1} {mode}",
