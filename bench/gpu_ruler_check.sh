@@ -117,9 +117,9 @@ PY
   if [ -f "$TREE/.devstage/base.tgz" ]; then
     git checkout -qb prevmain unstall && rm -rf kernels engine && tar -xzf "$TREE/.devstage/base.tgz" kernels engine \
       && { [ -d engine/dspark/weights ] || git checkout -q unstall -- engine/dspark/weights; } \
-      && git add -A kernels engine && git commit -qm "prevmain: engine/ and kernels/ as the previous main has them" \
+      && git add -A kernels engine && git commit -q --allow-empty -m "prevmain: engine/ and kernels/ as the previous main has them" \
       && git checkout -qb thismain && rm -rf kernels engine && git checkout -q unstall -- kernels engine \
-      && git add -A kernels engine && git commit -qm "thismain: this tree's engine/ and kernels/" && git checkout -q main
+      && git add -A kernels engine && git commit -q --allow-empty -m "thismain: this tree's engine/ and kernels/" && git checkout -q main
   fi
   # With .devstage/drafter/ (a drafter trained by bench/gpu_train.sh): branch drafter = thismain (else
   # unstall) with the shipped drafter's files replaced by it (a new drafter scored as a PR).
