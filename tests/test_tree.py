@@ -192,3 +192,23 @@ def test_a_tree_decode_on_the_kernels_is_lossless(triton_engine, loop):
     out = engine.generate(ids, 8, dspark=True, stop_at_eos=False)
     assert out.tokens == ar.tokens
     assert out.stats["target_forwards"] >= 1
+
+
+def test_a_tree_session_captures_no_chain_verify_it_never_runs(triton_engine):
+    """The tree verifies all its rows in one step; the chain's 2..block_size-row verify steps were captured
+    for every tree session anyway (a step's graph each). Only the 1-row step (the idle rule's plain decode)
+    and the tree's step are built; a chain session still has every depth."""
+    import dataclasses
+
+    engine = triton_engine
+    engine.spec_options = dataclasses.replace(engine.spec_options, device_loop=False)
+    ids = torch.randint(0, engine.config.vocab_size, (30,), generator=torch.Generator().manual_seed(7)).tolist()
+    engine.generate(ids, 4, dspark=True, stop_at_eos=False)
+    session = engine._session
+    chain_verifies = {k for k in session._steps if k[0] > 1 and k[1] and k[2] == 1 and not k[3]}
+    assert chain_verifies == set(), chain_verifies
+    assert (engine.spec_options.tree_nodes + 1, True, 1, True) in session._steps
+    from engine.sampling import SamplingParams
+
+    out = engine.generate(ids, 4, SamplingParams(temperature=0.8, seed=1), dspark=True, stop_at_eos=False)  # the chain
+    assert out.tokens and {k[0] for k in engine._session._steps if k[1] and k[2] == 1 and not k[3]} >= {1, 2}

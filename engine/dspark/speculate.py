@@ -144,7 +144,10 @@ class _Graphs:
             self.ctx_and_draft = Replayable(both, dev, use)
             self.draft_only = Replayable(rt.draft, dev, use)
             self.ctx_only = Replayable(rt.ctx_update, dev, use)
-        self.greedy_step = {m: session.step(m, commit=True) for m in range(1, files.config.block_size + 1)}
+        # The chain's verify at every depth it can pick; a token tree verifies the whole tree (below) and takes
+        # only the 1-row step (the idle rule's plain decode), so it captures no chain verify it never runs.
+        depths = (1,) if tree else range(1, files.config.block_size + 1)
+        self.greedy_step = {m: session.step(m, commit=True) for m in depths}
         # the token tree's verify: always the whole tree (the confidence's depth is the chain's)
         self.tree_step = session.step(self.tree + 1, commit=True, tree=True) if self.tree else None
         self.files_sha = files.sha256
