@@ -30,13 +30,13 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
+from evalbot.decide.records import Finding, Records, Ref
+from evalbot.settings import IntegritySettings
+
 # Main's requests of one kind the "faster than it could be computed" check needs before it judges any: with
 # one, a single main request slowed 13x by other work on a two-core box (0.25 -> 3.2 s) made an honest PR
 # answer "5x faster than main" and REJECTed it after round 1 (a test run beside a compile, 2026-12-05).
 MIN_MAIN_SAMPLES = 2
-
-from evalbot.decide.records import Finding, Records, Ref
-from evalbot.settings import IntegritySettings
 
 
 class IntegrityReport(BaseModel):
