@@ -78,6 +78,7 @@ def test_a_campaign_whose_main_returns_nan_log_probs_stops_with_a_finding_agains
     from evalbot.measure import crosscheck
     from evalbot.measure.campaign import Campaign
     from evalbot.measure.client import Response
+    from evalbot.measure.plan import Cell, Plan
     from evalbot.measure.servers import Failure, Process
 
     n, vocab = 4, 8
@@ -94,8 +95,8 @@ def test_a_campaign_whose_main_returns_nan_log_probs_stops_with_a_finding_agains
     good = log_softmax(np.zeros((n, vocab))).astype(np.float32)
     bad = good.copy()
     bad[2, 3] = np.nan
-    plan = SimpleNamespace(profile="cpu", processes=1, new_tokens=4, request_timeout_s=5.0,
-                           accuracy=[SimpleNamespace(corpus="prose", ctx=16)], accuracy_positions=n)
+    plan = Plan(profile="cpu", cells=(), processes=1, new_tokens=4, request_timeout_s=5.0,
+                accuracy=(Cell("prose", 16),), accuracy_positions=n)
     c = Campaign(plan=plan, spawn=None, corpora={"prose": list(range(400))}, stop_rule=None)
     c.procs = {"base": [Process("base", 0, handle, Client(bad), 0.0)], "head": [Process("head", 0, handle, Client(good), 0.0)]}
     with pytest.raises(Failure) as e:
