@@ -211,15 +211,17 @@ def test_removing_a_planted_delay_is_a_real_speedup_that_tiers(real):
     edit_branch(repo, "no-delay", [(path, new, old) for path, old, new in planted], start="slow-main")
     # adaptive, as the bot scores: at least every pairing, then on (up to 8 rounds) while a gate is undecided.
     # With 4 fixed rounds a guard that read low on this 2-core VM once left the verdict undecided (CI, 2026-12-02);
-    # with 8, the tiny guard's requests (96-token prefill, 8 new tokens: milliseconds each) still read below
-    # their bar once in two fresh-clone runs (2026-12-05). Here the guard gets requests long enough to time:
-    # a 384-token prefill and 24 new tokens.
+    # with 8, the tiny guard read below its bar once in two fresh-clone runs (2026-12-05), and again with the
+    # longer requests below (a 384-token prefill and 24 new tokens instead of milliseconds), in the full suite
+    # only: run alone or with this file it passes (its guard ratios then read 0.92-1.01). Not understood yet;
+    # a failure prints the guard's ratios.
     guard = {**TINY_REAL_PROFILE["guards"][0], "ctx": 384, "new_tokens": 24}
     adaptive = settings(real[1], profiles={"cpu": {**TINY_REAL_PROFILE, "max_rounds": 8, "guards": [guard]}})
     out = score(real, "no-delay", base="slow-main", rounds=None, settings=adaptive)
     assert out.verdict.status == "scored", out.verdict.reason
     assert ROUNDS <= out.measurements.rounds <= 8, out.measurements.stop
-    assert out.verdict.tier not in ("none", "REJECT"), (out.verdict.tier, out.verdict.reason)
+    guards = [(g.generation_ratios, g.prefill_ratios) for g in out.measurements.guards]
+    assert out.verdict.tier not in ("none", "REJECT"), (out.verdict.tier, out.verdict.reason, guards)
     assert out.verdict.speedup.ci_low_pct > 15, (out.verdict.speedup, out.scorecard)
     assert all(g.status == "pass" for g in out.verdict.gates)
 
