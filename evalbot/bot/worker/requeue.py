@@ -22,11 +22,12 @@ FORGE_RETRY_MAX_SECONDS = 600.0
 
 
 def put_back(worker: Worker, record: JobRecord, note: str, delay: float, *, unspent: bool = False, **counts: int) -> str:
-    """Back to the queue, to run again in `delay` seconds (not earlier, whoever's turn comes: `not_before`);
-    `unspent`: the attempt is given back."""
+    """Back to the queue, to run again in `delay` seconds (not earlier, whoever's turn comes: `not_before`; 0: any
+    box may take it now); `unspent`: the attempt is given back."""
     now = worker.clock()
     attempts = max(0, record.attempts - 1) if unspent else None
-    if worker.ledger.release(record.key, worker.worker_id, now, note, attempts=attempts, not_before=now + delay, **counts):
+    not_before = now + delay if delay else 0.0
+    if worker.ledger.release(record.key, worker.worker_id, now, note, attempts=attempts, not_before=not_before, **counts):
         worker.queue.enqueue_key(record.key, delay=delay)
     return note
 
@@ -59,9 +60,7 @@ def _queued_check(worker: Worker, forge: Forge, record: JobRecord, check_id: str
 def interrupted(worker: Worker, record: JobRecord, forge: Forge, check_id: str) -> str:
     """The worker is stopping: the job goes back to the queue unspent; the check run says so."""
     why = worker.guard.why or "stopping"
-    if worker.ledger.release(record.key, worker.worker_id, worker.clock(), f"interrupted: {why}",
-                             attempts=max(0, record.attempts - 1)):
-        worker.queue.enqueue_key(record.key)  # any box may take it now; this one again after its restart
+    put_back(worker, record, f"interrupted: {why}", 0.0, unspent=True)  # any box now; this one after its restart
     worker.ledger.bump(metrics.counter_key("scorings_interrupted"))
     _queued_check(worker, forge, record, check_id, "interrupted", why)
     log.info("job %s interrupted (%s); back in the queue", record.key, why)
