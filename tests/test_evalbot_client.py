@@ -1,6 +1,7 @@
 """The bot's side of the harness protocol: its own clock, deadlines, size caps, and every way an answer
 can be off (each a ProtocolViolation naming what)."""
 
+import gc
 import subprocess
 import sys
 import textwrap
@@ -38,6 +39,34 @@ def test_a_good_answer_is_timed_by_the_bot():
     r = ask('time.sleep(0.2); send({**base, "kind": "generation", "tokens": [1, 2]})')
     assert r.head["tokens"] == [1, 2] and 0.2 <= r.seconds < 2
 
+
+
+@pytest.mark.parametrize("answer", ['send({**base, "kind": "generation"})', "sys.exit(3)"])
+def test_the_bots_own_garbage_collection_never_runs_inside_its_clock(answer, monkeypatch):
+    """A full collection of a large heap takes hundreds of ms (300-480 ms in this suite's process, which
+    flaked a guard): the collector is off from the request's write to the answer's last byte, and back on
+    after, an answer or not; a collector the caller had off stays off."""
+    import evalbot.measure.client as client
+
+    seen = []
+    read = client._Reader.read_until
+
+    def watched(self, *a, **kw):
+        seen.append(gc.isenabled())
+        return read(self, *a, **kw)
+
+    monkeypatch.setattr(client._Reader, "read_until", watched)
+    for on in (True, False):
+        (gc.enable if on else gc.disable)()
+        try:
+            try:
+                ask(answer)
+            except ProtocolViolation:
+                pass
+            assert seen and not any(seen) and gc.isenabled() == on
+        finally:
+            gc.enable()
+        seen.clear()
 
 def test_a_binary_payload_is_read_exactly():
     r = ask('send({**base, "kind": "generation", "bytes": 5}, b"abcde")', max_payload=10)

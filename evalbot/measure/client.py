@@ -2,7 +2,9 @@
 every check of what comes back.
 
 The clock: `perf_counter_ns` read just before the request's bytes are written and just after the last
-byte of the response is read. Nothing the process says about time is used for a gate or a tier.
+byte of the response is read. Nothing the process says about time is used for a gate or a tier. The bot's
+own cyclic garbage collector is off in between: in a large heap one full collection takes hundreds of
+milliseconds (300-480 ms in the test suite's process), which the clock would charge to the process measured.
 A response is read with a deadline (select on the pipe) and a size cap enforced while reading: a
 process cannot stall the bot or fill its memory. Anything off in what comes back (not JSON, another
 schema, another id or nonce, an unexpected kind, too many bytes, an error answer, silence past the
@@ -12,6 +14,7 @@ problem depends on whose process it was, and the campaign decides that.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import select
@@ -90,6 +93,8 @@ class ServerClient:
         rid = self.next_id
         data = (json.dumps({**req, "id": rid}, separators=(",", ":")) + "\n").encode()
         deadline = time.monotonic() + timeout
+        collecting = gc.isenabled()
+        gc.disable()  # not inside the clock: the window allocates one answer, a collection would cost ms
         t0 = time.perf_counter_ns()
         try:
             self.stdin.write(data)
@@ -107,6 +112,9 @@ class ServerClient:
             raise ProtocolViolation(f"no complete answer to {req.get('op')} within {timeout:.0f} s") from None
         except (EOFError, BrokenPipeError, OSError):
             raise ProtocolViolation(f"the process exited (or closed its pipes) during {req.get('op')}") from None
+        finally:
+            if collecting:
+                gc.enable()
         return Response(head, payload, (t1 - t0) / 1e9)
 
     def _parse(self, line: bytes, rid: int, expect: str) -> dict:
