@@ -5,6 +5,7 @@ import gc
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -67,6 +68,29 @@ def test_the_bots_own_garbage_collection_never_runs_inside_its_clock(answer, mon
         finally:
             gc.enable()
         seen.clear()
+
+
+def test_windows_side_by_side_keep_the_collector_off_until_the_last_one_ends():
+    """Warm-up requests run in threads side by side: the first window closing does not turn the collector
+    back on inside one that opened after it."""
+    pa, a = server('time.sleep(1); send({**base, "kind": "generation"})')
+    pb, b = server('time.sleep(3); send({**base, "kind": "generation"})')
+
+    def later():
+        time.sleep(0.3)  # opens inside a's window
+        b.request({"op": "generate"}, expect="generation", timeout=10)
+
+    try:
+        slow = threading.Thread(target=later)
+        slow.start()
+        a.request({"op": "generate"}, expect="generation", timeout=10)
+        assert slow.is_alive() and not gc.isenabled()
+        slow.join(10)
+        assert gc.isenabled()
+    finally:
+        pa.kill()
+        pb.kill()
+        gc.enable()
 
 def test_a_binary_payload_is_read_exactly():
     r = ask('send({**base, "kind": "generation", "bytes": 5}, b"abcde")', max_payload=10)

@@ -14,10 +14,12 @@ problem depends on whose process it was, and the campaign decides that.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
 import select
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -27,6 +29,29 @@ LINE_LIMIT = 16 * 1024 * 1024  # a JSON response line (streams of a few hundred 
 
 class ProtocolViolation(RuntimeError):
     pass
+
+
+_GC_LOCK = threading.Lock()
+_gc_windows = 0  # clock windows open now (warm-up requests run in threads side by side)
+_gc_was_on = False
+
+
+@contextlib.contextmanager
+def _collector_off():
+    """The cyclic garbage collector off while any clock window is open, and back as it was after the last."""
+    global _gc_windows, _gc_was_on
+    with _GC_LOCK:
+        if _gc_windows == 0:
+            _gc_was_on = gc.isenabled()
+            gc.disable()
+        _gc_windows += 1
+    try:
+        yield
+    finally:
+        with _GC_LOCK:
+            _gc_windows -= 1
+            if _gc_windows == 0 and _gc_was_on:
+                gc.enable()
 
 
 class _NonFinite(Exception):
@@ -93,8 +118,12 @@ class ServerClient:
         rid = self.next_id
         data = (json.dumps({**req, "id": rid}, separators=(",", ":")) + "\n").encode()
         deadline = time.monotonic() + timeout
-        collecting = gc.isenabled()
-        gc.disable()  # not inside the clock: the window allocates one answer, a collection would cost ms
+        # not inside the clock: the window allocates one answer, a collection would cost ms
+        with _collector_off():
+            return self._timed(req, data, rid, expect, deadline, timeout, max_payload)
+
+    def _timed(self, req: dict, data: bytes, rid: int, expect: str, deadline: float, timeout: float,
+               max_payload: int) -> Response:
         t0 = time.perf_counter_ns()
         try:
             self.stdin.write(data)
@@ -112,9 +141,6 @@ class ServerClient:
             raise ProtocolViolation(f"no complete answer to {req.get('op')} within {timeout:.0f} s") from None
         except (EOFError, BrokenPipeError, OSError):
             raise ProtocolViolation(f"the process exited (or closed its pipes) during {req.get('op')}") from None
-        finally:
-            if collecting:
-                gc.enable()
         return Response(head, payload, (t1 - t0) / 1e9)
 
     def _parse(self, line: bytes, rid: int, expect: str) -> dict:
