@@ -41,7 +41,6 @@ def test_a_good_answer_is_timed_by_the_bot():
     assert r.head["tokens"] == [1, 2] and 0.2 <= r.seconds < 2
 
 
-
 @pytest.mark.parametrize("answer", ['send({**base, "kind": "generation"})', "sys.exit(3)"])
 def test_the_bots_own_garbage_collection_never_runs_inside_its_clock(answer, monkeypatch):
     """A full collection of a large heap takes hundreds of ms (300-480 ms in this suite's process, which
@@ -91,6 +90,7 @@ def test_windows_side_by_side_keep_the_collector_off_until_the_last_one_ends():
         pa.kill()
         pb.kill()
         gc.enable()
+
 
 def test_a_binary_payload_is_read_exactly():
     r = ask('send({**base, "kind": "generation", "bytes": 5}, b"abcde")', max_payload=10)
