@@ -118,29 +118,25 @@ class ServerClient:
         rid = self.next_id
         data = (json.dumps({**req, "id": rid}, separators=(",", ":")) + "\n").encode()
         deadline = time.monotonic() + timeout
-        # not inside the clock: the window allocates one answer, a collection would cost ms
+        # no collection inside the clock: the window allocates one answer, a collection would cost ms
         with _collector_off():
-            return self._timed(req, data, rid, expect, deadline, timeout, max_payload)
-
-    def _timed(self, req: dict, data: bytes, rid: int, expect: str, deadline: float, timeout: float,
-               max_payload: int) -> Response:
-        t0 = time.perf_counter_ns()
-        try:
-            self.stdin.write(data)
-            self.stdin.flush()
-            line = self.reader.read_until(deadline, True, 0, LINE_LIMIT)
-            head = self._parse(line, rid, expect)
-            payload = b""
-            n = head.get("bytes", 0)
-            if n:
-                if not isinstance(n, int) or n < 0 or n > max_payload:
-                    raise ProtocolViolation(f"{expect}: announced {n!r} payload bytes (at most {max_payload} expected)")
-                payload = self.reader.read_until(deadline, False, n, n)
-            t1 = time.perf_counter_ns()
-        except TimeoutError:
-            raise ProtocolViolation(f"no complete answer to {req.get('op')} within {timeout:.0f} s") from None
-        except (EOFError, BrokenPipeError, OSError):
-            raise ProtocolViolation(f"the process exited (or closed its pipes) during {req.get('op')}") from None
+            t0 = time.perf_counter_ns()
+            try:
+                self.stdin.write(data)
+                self.stdin.flush()
+                line = self.reader.read_until(deadline, True, 0, LINE_LIMIT)
+                head = self._parse(line, rid, expect)
+                payload = b""
+                n = head.get("bytes", 0)
+                if n:
+                    if not isinstance(n, int) or n < 0 or n > max_payload:
+                        raise ProtocolViolation(f"{expect}: announced {n!r} payload bytes (at most {max_payload} expected)")
+                    payload = self.reader.read_until(deadline, False, n, n)
+                t1 = time.perf_counter_ns()
+            except TimeoutError:
+                raise ProtocolViolation(f"no complete answer to {req.get('op')} within {timeout:.0f} s") from None
+            except (EOFError, BrokenPipeError, OSError):
+                raise ProtocolViolation(f"the process exited (or closed its pipes) during {req.get('op')}") from None
         return Response(head, payload, (t1 - t0) / 1e9)
 
     def _parse(self, line: bytes, rid: int, expect: str) -> dict:
