@@ -111,9 +111,11 @@ def _row(X, rows, m):
 
 
 @triton.jit
-def _rms(X, nw, K, eps):
-    """Each row of X [BLOCK_M, KP] (float32, zeros past K) normalised and scaled by nw [KP]."""
-    rstd = 1.0 / tl.sqrt(tl.sum(X * X, axis=1) / K + eps)
+def _normed_rows(x_ptr, rows, rmask, dk, dmask, nw, D, eps):
+    """The residual's rows [BLOCK_M, DP] (float32, read from L2; zeros past D and M) RMS-normalised, scaled by nw."""
+    X = tl.load(x_ptr + rows[:, None] * D + dk[None, :], mask=rmask[:, None] & dmask[None, :], other=0.0,
+                cache_modifier=".cg")
+    rstd = 1.0 / tl.sqrt(tl.sum(X * X, axis=1) / D + eps)
     return X * rstd[:, None] * nw[None, :]
 
 
@@ -154,9 +156,7 @@ def _mega_kernel(x_ptr, qkv_ptr, a_ptr, h_ptr, part_ptr, ml_ptr, pos_ptr, k_ptr,
                 nw = tl.load(an_ptr + l64 * D + dk, mask=dmask, other=0.0)
                 ok = _wait_all(flags_ptr, g, base, NP, err_ptr, ok, NPB, MAX_SPIN, SYNC, POLL)
                 if WORK:
-                    X = tl.load(x_ptr + rows[:, None] * D + dk[None, :], mask=rmask[:, None] & dmask[None, :],
-                                other=0.0, cache_modifier=".cg")
-                    Xn = _rms(X, nw, D, eps)
+                    Xn = _normed_rows(x_ptr, rows, rmask, dk, dmask, nw, D, eps)
                     kv = tl.where(r >= QD, r - QD, 0) % (KVH * HD)
                     for m in range(M):
                         y = tl.sum(w.to(tl.float32) * _row(Xn, rows, m)[None, :], axis=1).to(tl.bfloat16)
@@ -241,9 +241,7 @@ def _mega_kernel(x_ptr, qkv_ptr, a_ptr, h_ptr, part_ptr, ml_ptr, pos_ptr, k_ptr,
                 nw = tl.load(fn_ptr + l64 * D + dk, mask=dmask, other=0.0)
                 ok = _wait_all(flags_ptr, g, base, NP, err_ptr, ok, NPB, MAX_SPIN, SYNC, POLL)
                 if WORK:
-                    X = tl.load(x_ptr + rows[:, None] * D + dk[None, :], mask=rmask[:, None] & dmask[None, :],
-                                other=0.0, cache_modifier=".cg")
-                    Xn = _rms(X, nw, D, eps)
+                    Xn = _normed_rows(x_ptr, rows, rmask, dk, dmask, nw, D, eps)
                     for m in range(M):
                         xm = _row(Xn, rows, m)[None, :]
                         gg = tl.sum(wg.to(tl.float32) * xm, axis=1)
