@@ -8,21 +8,25 @@ reasons this probe removes, so that what is left is the design's own cost:
     cp.async pipeline after the wait); here every phase is spread over the whole grid in small tiles whose
     weights (and the attention's keys and values) are loaded into registers *before* the phase's wait, so
     that after it a tile only reads its input (from L2), multiplies on the CUDA cores and stores;
-  * its barrier was one counter per phase that every tile added to and every program polled with atomics
-    (all on one address); here each program owns a flag word it sets with one release store, and a waiter
-    reads all the flags with acquire loads (no contended address).
+  * its barrier was one counter per phase that every tile added to and every program polled with atomic
+    read-modify-writes; here (poll 0) each program owns a flag word it sets with one release write and a waiter
+    reads all the flags with acquire loads, or (poll 1) every program adds 1 to the phase's counter (release) and
+    a waiter polls that one address with plain acquire loads.
 One program per SM; phases per layer as in the engine: 0 RMSNorm+QKV (k, v into the cache; no RoPE here),
 1 attention splits (SPLIT keys each; the split holding a row's fresh key re-reads its block after the wait),
 2 the splits' combine, 3 o-proj + residual, 4 RMSNorm + gate/up + SwiGLU, 5 down-proj + residual. No embedding,
-final norm or LM head (the engine's would follow unchanged). Every row's arithmetic is the same whatever the
-number of rows (one fixed BLOCK_M, rows taken one at a time), so a k-row step is bit-identical to 1-row steps.
+final norm or LM head (the engine's would follow unchanged). A program with no tile in a phase does not wait for
+it. Every row's arithmetic is the same whatever the number of rows (one fixed BLOCK_M, rows taken one at a time),
+so a k-row step is bit-identical to 1-row steps.
 
-Modes (MODE): full; nowait (no barriers: the tiles' own time, wrong results); nowork (barriers only).
-The flag of program p after phase g of a launch is base + g + 1, base being its value when the launch began
-(every program ends a launch at the same value), compared by signed difference so the counter may wrap.
+Modes (--modes): full; nowait (no barriers: the tiles' own time, wrong results); nowork (the barriers alone).
+Poll 0: program p's flag after phase g of a launch is base + g + 1, base its value when the launch began (every
+program ends a launch at the same value). Poll 1: the counters reach epoch * programs, each program keeping the
+launch count in its own word. Both compare by signed difference, so the counts may wrap.
 
-    python bench/mega_probe.py [--contexts 1024,4096,7936] [--rows 1,7] [--replays 200]   (CUDA: times, checks)
-    TRITON_INTERPRET=1 python bench/mega_probe.py --check                              (CPU: the tiles' math)
+    python bench/mega_probe.py [--contexts 1024,4096,7936] [--rows 1,7] [--configs SPLIT:WARPS:POLL,...]
+                               [--replays 200] [--baseline]     (CUDA: checks, then times; --check: checks only)
+    TRITON_INTERPRET=1 python bench/mega_probe.py              (CPU: the tiles' math on a small shape)
 """
 
 from __future__ import annotations
