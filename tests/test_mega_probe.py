@@ -19,7 +19,9 @@ def test_the_probes_step_computes_the_reference_and_rows_are_independent(ctx, sp
     pr = mega_probe.Probe(L=2, D=64, F=96, H=4, KVH=2, HD=16, cap=96, device="cpu", tiles=(8, 8, 8, 8), warps=4)
     got = mega_probe.check(pr, ctx, split)
     assert got["finite"] and got["error_word"] == 0
-    assert got["rel_err_vs_torch"] < 1e-2  # bf16 rounding of q, k, v, the attention and h; a wrong tile is O(1)
+    # bf16 roundings of q, k, v, the attention and h give ~4e-3; a row that does not see its own key, an o-proj
+    # without its residual or SwiGLU without the SiLU read 0.08, 1.1 and 0.8 (mutations tried by hand)
+    assert got["rel_err_vs_torch"] < 1e-2
     assert got["row0_bits_1_vs_7"]
 
 
