@@ -23,8 +23,10 @@
 #   call 3: carry [.devstage/p3, .devstage/stage.sh, .whl]                  bash bench/gpu_land.sh 3
 #           the bot's setup (bench/gpu_ruler_check.sh: prevmain = the previous main's engine, thismain =
 #           this tree's) and `scorebase prevmain thismain` with BUDGET seconds (default 160)
-# Each call carries at most 64 MiB: the tree (~24 MB) and a part (~33 MB), plus base.tgz (~9 MB) or .whl
-# (~10 MB). Everything lands in $OUT; what a call prints ends with the figures to copy into docs/perf.md.
+# Each call carries at most 64 MiB: the tree and a part (~33 MB), plus base.tgz (~1.4 MB) or .whl (~10 MB). The
+# tracked tree is ~33 MB since 2026-12-06, half of it docs/perf-data (not needed on the device): move that folder
+# out of the working tree for calls 1 and 3 (`mv docs/perf-data /tmp/perf-data-hold`, and back after), or they
+# are refused as too large. Everything lands in $OUT; what a call prints ends with the figures to copy into docs/perf.md.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
