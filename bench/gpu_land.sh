@@ -24,7 +24,7 @@
 #           the bot's setup (bench/gpu_ruler_check.sh: prevmain = the previous main's engine, thismain =
 #           this tree's) and `scorebase prevmain thismain` with BUDGET seconds (default 160)
 # Each call carries at most 64 MiB: the tree and a part (~33 MB), plus base.tgz (~1.4 MB) or .whl (~10 MB). The
-# tracked tree is ~33 MB since 2026-12-06, half of it docs/perf-data (not needed on the device): move that folder
+# tracked tree is ~33 MB since 2026-12-06, half of it docs/perf-data (which these calls do not read): move that folder
 # out of the working tree for calls 1 and 3 (`mv docs/perf-data /tmp/perf-data-hold`, and back after), or they
 # are refused as too large. Everything lands in $OUT; what a call prints ends with the figures to copy into docs/perf.md.
 set -uo pipefail
