@@ -2,11 +2,10 @@
 # One device call for an engine change (random weights, no staging): the GPU suite, then the captured
 # step's time (bench/step_sweep.py) for this tree and for the previous main's (an archive of its engine,
 # kernels, harness and bench, carried as .devstage/base.tgz), the launch-configuration sweep, and AR
-# decode by the engine's own clock (bench/pdl_check.py --random --only on) in both trees; `persistent`:
-# AR decode with the persistent step on and off, one process (pdl_check.py --random --switch DSPARK_PERSISTENT);
+# decode by the engine's own clock (bench/pdl_check.py --random --only on) in both trees;
 # `rows`: the step at 1, 7, 16 and 32 rows, what a token tree's verify would cost (bench/verify_rows.py).
 #   git archive --format=tar.gz -o .devstage/base.tgz <previous main> engine kernels harness bench tests/gpu
-#   device run (carry .devstage/base.tgz):  OUT=$OUT bash bench/gpu_engine_check.sh [suite] [base] [sweep] [ar] [persistent] [rows]
+#   device run (carry .devstage/base.tgz):  OUT=$OUT bash bench/gpu_engine_check.sh [suite] [base] [sweep] [ar] [rows]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -28,9 +27,6 @@ for s in "$@"; do
         (cd "$BASE" && step timeout 120 python3 bench/pdl_check.py --random --only on --contexts 1024,4096 --reps 3) >"$OUT/ar-base.jsonl" 2>"$OUT/ar-base.err"
         step timeout 120 python3 bench/pdl_check.py --random --only on --contexts 1024,4096 --reps 3 >"$OUT/ar-new.jsonl" 2>"$OUT/ar-new.err"
         cat "$OUT/ar-base.jsonl" "$OUT/ar-new.jsonl" ;;
-    persistent) step timeout 120 python3 bench/pdl_check.py --random --switch DSPARK_PERSISTENT --contexts 1024,4096 --reps 3 \
-                  >"$OUT/ar-persistent.jsonl" 2>"$OUT/ar-persistent.err"
-                cat "$OUT/ar-persistent.jsonl"; tail -n 3 "$OUT/ar-persistent.err" ;;
     rows) step timeout 150 python3 bench/verify_rows.py >"$OUT/verify-rows.jsonl" 2>"$OUT/verify-rows.err"
           cat "$OUT/verify-rows.jsonl"; tail -n 3 "$OUT/verify-rows.err" ;;
     *) echo "unknown step $s"; exit 2 ;;

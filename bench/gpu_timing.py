@@ -10,9 +10,8 @@ import time
 
 import torch
 
-# The cached function of kernels/common.py that reads each switch (DSPARK_PERSISTENT is read when a
-# Transformer is made: no cache)
-SWITCH_CACHES = {"DSPARK_PDL": "_pdl_on", "DSPARK_L2_PREFETCH": "prefetch_env_on", "DSPARK_PERSISTENT": None,
+# The cached function of kernels/common.py that reads each switch
+SWITCH_CACHES = {"DSPARK_PDL": "_pdl_on", "DSPARK_L2_PREFETCH": "prefetch_env_on",
                  "DSPARK_UNROLL_NORM": "unroll_env_on", "DSPARK_ATTN_PRELOAD": "preload_on",
                  "DSPARK_NORM_AHEAD": "norm_ahead_env_on", "DSPARK_LM_HEAD_PREFETCH": "lm_head_prefetch_env_on"}
 
@@ -104,7 +103,7 @@ def set_switch(var: str, on: bool) -> None:
     from kernels import common
 
     os.environ[var] = "1" if on else "0"
-    cached = getattr(common, SWITCH_CACHES[var] or "", None)
+    cached = getattr(common, SWITCH_CACHES[var], None)
     if cached is not None:
         cached.cache_clear()
 

@@ -2,7 +2,7 @@
 (docs/perf.md, twenty-eighth session): no. Its barriers alone cost half of the launch chain's step, and its
 tiles are slower than the chain's kernels even without them.
 
-The fourth session's persistent step (kernels/persistent_step.py) was slower than the launch chain for two
+The fourth session's persistent step (kernels/persistent_step.py, removed on 2026-12-06) was slower than the launch chain for two
 reasons this probe removes, so that what is left is the design's own cost:
   * its phases ran the separate kernels' tiles (9-48 programs of a 132-SM grid, each walking K through a
     cp.async pipeline after the wait); here every phase is spread over the whole grid in small tiles whose

@@ -1,8 +1,8 @@
 """An engine switch on and off, side by side in one process: programmatic dependent launch (kernels.common,
-the default) or the persistent step (--switch DSPARK_PERSISTENT, engine/model.py). AR and DSpark decode
+the default) or the unrolled norm pass (--switch DSPARK_UNROLL_NORM). AR and DSpark decode
 tok/s and tau on real text at exact lengths, per corpus and context. Prints JSON lines.
 
-    python bench/pdl_check.py [--switch DSPARK_PDL|DSPARK_PERSISTENT] [--model PATH] [--contexts 1024,4096,7936]
+    python bench/pdl_check.py [--switch DSPARK_PDL|DSPARK_UNROLL_NORM] [--model PATH] [--contexts 1024,4096,7936]
                               [--new 256] [--reps 5]
     python bench/pdl_check.py --random --only on|off     AR only, random weights in the bundled model's
                                                         shape (no staging), one setting per process
@@ -32,7 +32,7 @@ from engine.generate import Engine  # noqa: E402
 from engine.loader import load_model  # noqa: E402
 from gpu_timing import set_switch  # noqa: E402
 
-LABELS = {"DSPARK_PDL": ("pdl", "no_pdl"), "DSPARK_PERSISTENT": ("persistent", "separate"), "DSPARK_UNROLL_NORM": ("unrolled", "looped")}  # on, off
+LABELS = {"DSPARK_PDL": ("pdl", "no_pdl"), "DSPARK_UNROLL_NORM": ("unrolled", "looped")}  # on, off
 
 
 def main(argv: list[str] | None = None) -> int:

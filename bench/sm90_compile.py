@@ -32,7 +32,6 @@ from kernels.decode_attention import _attn_combine_kernel, _attn_split_kernel  #
 from kernels.draft_head import _head_depth_kernel, _head_final_kernel, _tree_expand_kernel, _tree_final_kernel  # noqa: E402
 from kernels.greedy_commit import _tree_commit_kernel  # noqa: E402
 from kernels.fused_linear import BLOCK_M, _fused_linear_kernel  # noqa: E402
-from kernels.persistent_step import MAX_SPIN, _persistent_step_kernel  # noqa: E402
 from kernels.qkv_rope import _qkv_rope_kernel  # noqa: E402
 from kernels.tuning import config_for  # noqa: E402
 
@@ -138,28 +137,6 @@ def main() -> int:
     for block_d in (0, 32):  # the whole head per program, or a slice of it (the combine's table block_n)
         out.append(compile_one(f"attention combine{f' {block_d} dims' if block_d else ''}", _attn_combine_kernel, comb,
                                dict(HD=HD, BLOCK_S=bs, BLOCK_D=block_d, USE_PDL=True), 4, 1))
-    pers = {n: "*bf16" for n in ("embed_ptr", "q_ptr", "a_ptr", "h_ptr", "wqkv_ptr", "bqkv_ptr", "k_ptr", "v_ptr", "wo_ptr",
-                                "wg_ptr", "wu_ptr", "wd_ptr")}
-    pers.update({n: "*fp32" for n in ("x_ptr", "part_ptr", "lse_ptr", "capture_ptr", "attn_norm_ptr", "qn_ptr", "kn_ptr",
-                                      "cos_ptr", "sin_ptr", "ffn_norm_ptr")})
-    pers.update({n: "*i32" for n in ("pos_ptr", "start_ptr", "end_ptr", "slot_ptr", "cnt_ptr", "err_ptr")})
-    pers.update({"tok_ptr": "*i64", "eps": "fp32", "scale_log2": "fp32"})
-    pers.update({n: "i32" for n in ("M", "D", "F", "H", "KVH", "CAP", "layer_cache_stride", "cache_head_stride",
-                                    "capture_slot_stride", "capture_row_stride", "n_splits", "g_first", "g_last", "n_programs")})
-    pers = {n: pers[n] for n in _persistent_step_kernel.arg_names if n in pers}
-    qcfg, ocfg, gcfg, dcfg = (config_for("qkv", (H + 2 * KVH) * HD, D), config_for("linear", D, D),
-                              config_for("swiglu", F, D), config_for("linear", D, F))
-    sub = max(1, (HD // 2) // max(qcfg.block_n, 16))
-    split = 128
-    const = dict(HD=HD, G=H // KVH, HAS_BIAS=False, HAS_QKNORM=False, IEEE=False, UPCAST=False, BLOCK_M=BLOCK_M,
-                 BLOCK_D=1024, QKV_BK=qcfg.block_k, QKV_SUB=sub, SPLIT=split, BLOCK_R=32, BLOCK_KV=64,
-                 BLOCK_S=triton.next_power_of_2(triton.cdiv(CAP, split)), O_BN=ocfg.block_n, O_BK=ocfg.block_k,
-                 GU_BN=gcfg.block_n, GU_BK=gcfg.block_k, DN_BN=dcfg.block_n, DN_BK=dcfg.block_k,
-                 QKV_LINES=prefetch_lines(HD // 2 // sub * D * 2), ATTN_LINES=prefetch_lines(split * HD * 2),
-                 O_LINES=prefetch_lines(ocfg.block_n * D * 2), GU_LINES=prefetch_lines(gcfg.block_n * D * 2),
-                 DN_LINES=prefetch_lines(dcfg.block_n * F * 2), ELEM_BYTES=2, SYNC=True, MAX_SPIN=MAX_SPIN, USE_PDL=True,
-                 WAIT=True, WORK=True, QKV_UNROLL=D, GU_UNROLL=D, EARLY=True)
-    out.append(compile_one("persistent step", _persistent_step_kernel, pers, const, 4, 2))
     hcfg, R, P = config_for("head", V, 64), 64, 6  # the drafter's head: a launch per draft, then the confidences
     nch = triton.cdiv(V, hcfg.block_n)
     head = {"base_ptr": "*fp32", "u_ptr": "*bf16", "v_ptr": "*bf16", "last_ptr": "*i64", "pmax_ptr": "*fp32", "pidx_ptr": "*i64",

@@ -5,8 +5,7 @@ speed does not depend on the values, so nothing needs staging). Prints JSON line
     python bench/step_sweep.py [--sweep] [--tree PATH] [--contexts 1024,4096]
 
 - Without --sweep: the step (1 row and 7 rows) at each context with the table of kernels/tuning.py,
-  with programmatic dependent launch on and off (DSPARK_PDL=0); where the tree has the persistent
-  step, both it and the six kernels per layer (`step` in each line).
+  with programmatic dependent launch on and off (DSPARK_PDL=0) (`step` in each line: "default").
 - --sweep: coordinate descent at the last context, 1 row: each kind's candidates in turn, the best
   kept, then the table and the best found, side by side at every context. The last line is the best
   table, ready for kernels/tuning.py.
@@ -201,11 +200,7 @@ def main() -> int:
     else:
         loaded = random_model()
     model = Transformer(loaded.config, loaded.weights, "cuda")
-    # this tree's default step, and where it has the persistent step (kernels/persistent_step.py) also
-    # the six kernels per layer, on the same weights
     steps = {"default": model}
-    if getattr(model, "persistent", False):
-        steps = {"persistent": model, "separate": Transformer(loaded.config, loaded.weights, "cuda", persistent=False)}
     tree = str(ARGS.tree or "this tree")
     if ARGS.table:
         load_table(ARGS.table)

@@ -12,8 +12,7 @@ Both return, on request, the residual stream after chosen layers (the DSpark dra
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -26,21 +25,11 @@ from kernels.embedding import block_inputs_reference, block_inputs_triton, embed
 from kernels.fused_linear import NormAhead, fused_linear_reference, fused_linear_triton
 from kernels.greedy_commit import (HeadArgmax, greedy_commit_reference, greedy_commit_triton, rows_from_base_reference,
                                    rows_from_base_triton, tree_commit_reference, tree_commit_triton)
-from kernels.persistent_step import PersistentBuffers, check_persistent, persistent_step_triton
 from kernels.qkv_rope import qkv_rope_reference, qkv_rope_triton
 from kernels.prefill import rope_prefill_reference, rope_prefill_triton, silu_mul_reference, silu_mul_triton
 from kernels.rmsnorm import add_rmsnorm_triton, rmsnorm_reference, rmsnorm_triton
 
 STEP_ROWS = 8  # 1 committed token + up to 6 drafts, padded to 8 on the CPU path
-
-# The persistent step (kernels/persistent_step.py: every layer in one launch) is for models whose step is
-# launch-bound: at most this many bytes of weights per layer (the bundled model: 7 MB). Larger layers
-# are bandwidth-bound, where one program per SM streams less than the separate kernels' wider grids;
-# they keep the six kernels per layer. Where it fits it is the default once PERSISTENT_BY_DEFAULT says
-# so; DSPARK_PERSISTENT=1 asks for it (any size, and under the Triton interpreter, where it runs one
-# launch per phase: tests), =0 switches it off.
-PERSISTENT_MAX_LAYER_BYTES = 16 << 20
-PERSISTENT_BY_DEFAULT = False  # not yet: measured slower than the separate kernels (docs/perf.md, 2026-12-02)
 
 
 @dataclass
@@ -99,7 +88,7 @@ class KVCache:
 
 class Transformer:
     def __init__(self, config: ModelConfig, weights: dict[str, torch.Tensor], device: str | torch.device = "cpu",
-                 dtype: torch.dtype | None = None, backend: str | None = None, persistent: bool | None = None):
+                 dtype: torch.dtype | None = None, backend: str | None = None):
         self.config = config
         self.device = torch.device(device)
         self.dtype = dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
@@ -131,36 +120,6 @@ class Transformer:
         self._rope_len = 0
         self.cos = self.sin = None
         self.ensure_rope(min(config.max_seq_len, 4096))
-        self.persistent = self._persistent_wanted(persistent)
-        self.stacked = self._stack_layers() if self.persistent else {}
-
-    def _persistent_wanted(self, asked: bool | None) -> bool:
-        if self.ops.backend != "triton":
-            return False
-        env = os.environ.get("DSPARK_PERSISTENT")
-        if asked is None and env is not None:
-            asked = env != "0"
-        if self.device.type != "cuda" or asked is not None:
-            return bool(asked)  # the interpreter: only when asked
-        return PERSISTENT_BY_DEFAULT and self.persistent_fits()
-
-    def persistent_fits(self) -> bool:
-        """Whether this model's layers are small enough for the persistent step to be its default."""
-        lw = self.layers[0]
-        return sum(t.nbytes for t in (lw.wqkv, lw.wo, lw.w_gate, lw.w_up, lw.w_down)) <= PERSISTENT_MAX_LAYER_BYTES
-
-    def _stack_layers(self) -> dict[str, torch.Tensor]:
-        """Each per-layer weight as one [n_layers, ...] tensor (the persistent step indexes layers by
-        offset); the layers keep views into it, so nothing is stored twice."""
-        stacked = {}
-        for f in fields(LayerWeights):
-            if getattr(self.layers[0], f.name) is None:
-                continue
-            t = torch.stack([getattr(lw, f.name) for lw in self.layers]).contiguous()
-            for i, lw in enumerate(self.layers):
-                setattr(lw, f.name, t[i])
-            stacked[f.name] = t
-        return stacked
 
     # -- helpers -------------------------------------------------------------------------------
     def ensure_rope(self, n_positions: int) -> None:
@@ -255,14 +214,6 @@ class Transformer:
         ops = self.ops
         triton_path = ops.backend == "triton"
         rows = m if triton_path else STEP_ROWS
-        if tree and io.persistent is not None:
-            raise ValueError("the persistent step does not verify token trees")
-        if triton_path and io.persistent is not None:
-            x = persistent_step_triton(self, io, rows, cache, io.persistent)
-            ops.fused_linear(x, self.lm_head, norm_weight=self.norm, eps=c.norm_eps, out=io.logits[:rows],
-                             head=io.head_argmax(commit, tree))
-            self._commit_after(io, m, cache, tree, commit)
-            return
         pos = io.positions[:rows]
         x = ops.embedding(io.tokens[:rows], self.embed)
         # each norm prepared by the kernel that writes its input (kernels.fused_linear.NormAhead) where it pays
@@ -350,7 +301,6 @@ class StepIO:
         # the rows' argmaxes the LM head's launch leaves with a commit, and its count (HeadArgmax)
         self.argmax = torch.zeros(STEP_ROWS, dtype=torch.int64, device=dev)
         self.head_count = torch.zeros(1, dtype=torch.int32, device=dev)
-        self.persistent = PersistentBuffers(c, STEP_ROWS, capture_layers, dev, model.dtype) if model.persistent else None
 
     def head_argmax(self, commit: StepCommit | None, tree: bool) -> HeadArgmax | None:
         """What the LM head's launch does for Transformer.step(commit=): the argmaxes; a chain's commit too."""
@@ -358,11 +308,6 @@ class StepIO:
             return None
         chain = (self.tokens, self.positions, self.kv_end, commit.out_tokens, commit.state, commit.hist)
         return HeadArgmax(self.argmax, self.head_count, None if tree else chain)
-
-    def check(self) -> None:
-        """After a step has run (never inside a capture): raise if the persistent step ever gave up waiting."""
-        if self.persistent is not None:
-            check_persistent(self.persistent)
 
     def set_rows(self, tokens: list[int] | torch.Tensor, base: int) -> None:
         """Row i holds tokens[i] at position base + i, causal (sees keys [0, base + i])."""

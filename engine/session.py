@@ -72,7 +72,6 @@ class Session:
 
             with self.preserved():
                 self._steps[key] = Replayable(run, model.device, self.use_graphs)
-            io.check()
         return self._steps[key]
 
     def step_commit(self, hist: torch.Tensor | None = None) -> StepCommit:

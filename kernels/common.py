@@ -87,7 +87,7 @@ PREFETCH_MAX_BYTES = 8 << 20
 # An RMSNorm's pass over x (sum of squares per row, chunk by chunk) of at most this many BLOCK_K steps may
 # be unrolled (tl.static_range: the same arithmetic in the same order). A loop without a dot is not
 # software-pipelined, so looped each chunk's load waits for the one before; unrolled they are all in
-# flight at once. DSPARK_UNROLL_NORM=0 turns it off (bench/persistent_probe.py measures both).
+# flight at once. DSPARK_UNROLL_NORM=0 turns it off (bench/pdl_check.py --switch DSPARK_UNROLL_NORM measures both).
 UNROLL_MAX_STEPS = 16
 
 

@@ -317,8 +317,8 @@ def linear_tile(
     BLOCK_P: tl.constexpr = 1, AHEAD: tl.constexpr = False, SWAP: tl.constexpr = False,
 ):
     """Output tile `pid` (BLOCK_N columns, every row) of the fused op, float32. CACHE is the load cache
-    modifier of x and the residual: ".cg" (L2 only) where another program of the same launch wrote them
-    (kernels/persistent_step.py), "" otherwise. UNROLL_NORM: see row_rstd. EARLY: the
+    modifier of x and the residual: ".cg" (L2 only) would read data another program of the same launch
+    wrote; every launch today passes "". UNROLL_NORM: see row_rstd. EARLY: the
     residual and bias are loaded before the K walk (their latency overlaps it), for latency-bound shapes
     only (common.latency_bound). The same values are added at the same point, and the interpreter gives
     the same bits; compiled for the H200 the rounding differs slightly: with it, the bot's AR streams

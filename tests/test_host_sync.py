@@ -57,17 +57,11 @@ def test_the_probe_sees_a_zero_dim_tensor_index():
     assert probe.hits == []
 
 
-@pytest.fixture(scope="module", params=["separate kernels", "persistent step"])
-def triton_engine(request):
+@pytest.fixture(scope="module")
+def triton_engine():
     c = tiny_config("llama", n_layers=4, max_seq_len=512)
     loaded = LoadedModel(c, random_weights(c, seed=5), None, Path("<tiny>"), "tiny")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("DSPARK_PERSISTENT", "1" if request.param == "persistent step" else "0")
-    try:
-        engine = Engine(loaded=loaded, device="cpu", backend="triton")
-    finally:
-        mp.undo()
-    assert engine.model.persistent == (request.param == "persistent step")
+    engine = Engine(loaded=loaded, device="cpu", backend="triton")
     use_drafter(engine, random_drafter(engine, seed=0, ffn_dim=96, markov_rank=16, window=64),
                 SpecOptions(confidence_threshold=0.0))
     return engine
@@ -88,10 +82,9 @@ def test_captured_steps_do_not_read_the_device_on_the_host(triton_engine):
         hits = {}
         caps = torch.cat([t[0, -8:] for t in captured], dim=-1)
         pos = torch.arange(len(ids) - 8, len(ids))
-        tree = []  # a token tree's draft (the tree head), its verify and its commit; the persistent step has no trees
-        if not engine.model.persistent:
-            rt_tree = DrafterRuntime(engine.model, files, s.capacity, s.io, s.state, split=64, tree_nodes=STEP_ROWS - 1)
-            tree = [("tree draft", rt_tree.draft), ("tree step + commit", s.step(STEP_ROWS, commit=True, tree=True).fn)]
+        # a token tree's draft (the tree head), its verify and its commit
+        rt_tree = DrafterRuntime(engine.model, files, s.capacity, s.io, s.state, split=64, tree_nodes=STEP_ROWS - 1)
+        tree = [("tree draft", rt_tree.draft), ("tree step + commit", s.step(STEP_ROWS, commit=True, tree=True).fn)]
         for name, work in [("draft", rt.draft), ("ctx_update", rt.ctx_update),
                            ("prefill context rows", lambda: rt.context_rows(caps, pos))] + [
             (f"step m={m} + greedy commit", s.step(m, commit=True).fn) for m in range(1, STEP_ROWS)

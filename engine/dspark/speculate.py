@@ -191,7 +191,6 @@ class _Graphs:
 
             with s.preserved(), _kept(self.hist):
                 self.fused[k] = Replayable(run, model.device, self.use)
-            s.io.check()
         return self.fused[k]
 
 
