@@ -5,7 +5,7 @@ speed does not depend on the values, so nothing needs staging). Prints JSON line
     python bench/step_sweep.py [--sweep] [--tree PATH] [--contexts 1024,4096]
 
 - Without --sweep: the step (1 row and 7 rows) at each context with the table of kernels/tuning.py,
-  with programmatic dependent launch on and off (DSPARK_PDL=0) (`step` in each line: "default").
+  with programmatic dependent launch on and off (DSPARK_PDL=0); each line's `step` is "default".
 - --sweep: coordinate descent at the last context, 1 row: each kind's candidates in turn, the best
   kept, then the table and the best found, side by side at every context. The last line is the best
   table, ready for kernels/tuning.py.
@@ -200,7 +200,6 @@ def main() -> int:
     else:
         loaded = random_model()
     model = Transformer(loaded.config, loaded.weights, "cuda")
-    steps = {"default": model}
     tree = str(ARGS.tree or "this tree")
     if ARGS.table:
         load_table(ARGS.table)
@@ -274,9 +273,8 @@ def main() -> int:
             set_switch("DSPARK_L2_PREFETCH", pf)
             for ctx in contexts:
                 for rows in (1, 7):
-                    for name, m in steps.items():
-                        emit(tree=tree, step=name, pdl=pdl, prefetch=pdl and pf, ctx=ctx, rows=rows,
-                             us=step_us(m, ctx, rows, ARGS.replays))
+                    emit(tree=tree, step="default", pdl=pdl, prefetch=pdl and pf, ctx=ctx, rows=rows,
+                         us=step_us(model, ctx, rows, ARGS.replays))
             if ARGS.breakdown and pdl:
                 emit(tree=tree, pdl=pdl, prefetch=pf, ctx=contexts[-1], breakdown_us=breakdown(model, contexts[-1], ARGS.replays))
         set_switch("DSPARK_PDL", True)
